@@ -1,0 +1,204 @@
+"""The byte-level wire codec: strict JSON, multipart/form-data framing, SHA-256 names.
+
+These functions know nothing of programs or results; they raise ``ValueError`` on malformed
+input and leave it to callers to say which protocol rule was broken.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+import secrets
+from dataclasses import dataclass
+from typing import Any
+
+_SHA256_HEX = re.compile(r"[0-9a-f]{64}")
+# A header parameter: name=token or name="quoted string" (backslash escapes allowed).
+_PARAM = re.compile(r';\s*([!#$%&\'*+.^_`|~0-9A-Za-z-]+)\s*=\s*("(?:[^"\\]|\\.)*"|[^;\s]*)\s*')
+
+
+def sha256_hex(data: bytes) -> str:
+    """The lowercase hex SHA-256 of ``data``: the name of a blob on the wire."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def is_sha256_hex(value: object) -> bool:
+    return isinstance(value, str) and _SHA256_HEX.fullmatch(value) is not None
+
+
+def dumps_json(value: Any) -> bytes:
+    """Compact UTF-8 JSON; NaN and Infinity are refused since the server rejects them."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+
+
+def loads_json(data: bytes | str) -> Any:
+    """Parse JSON, rejecting duplicate object keys and NaN/Infinity (ValueError)."""
+
+    def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        obj: dict[str, Any] = {}
+        for key, value in pairs:
+            if key in obj:
+                raise ValueError(f"duplicate JSON key {key!r}")
+            obj[key] = value
+        return obj
+
+    def no_constants(name: str) -> Any:
+        raise ValueError(f"non-finite JSON number {name}")
+
+    text = data.decode("utf-8") if isinstance(data, bytes) else data
+    # json.JSONDecodeError and UnicodeDecodeError are both ValueErrors.
+    try:
+        return json.loads(text, object_pairs_hook=unique_keys, parse_constant=no_constants)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
+
+
+def json_copy(value: Any, where: str) -> Any:
+    """A fresh copy of ``value`` in plain JSON types; TypeError/ValueError if it is not JSON.
+
+    Copying snapshots mutable containers, so later edits by the caller change nothing, and
+    it turns tuples into lists and int/float subclasses into plain numbers.
+    """
+    return _json_copy(value, where, set())
+
+
+def _json_copy(value: Any, where: str, active: set[int]) -> Any:
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"{where} holds a non-finite float, which JSON cannot carry")
+        return float(value)
+    if not isinstance(value, (list, tuple, dict)):
+        raise TypeError(
+            f"{where} holds a {type(value).__name__}, which is not JSON (only a top-level "
+            "argument may be a Register; convert numpy scalars with .item())"
+        )
+    if id(value) in active:
+        raise ValueError(f"{where} contains itself")
+    active.add(id(value))
+    try:
+        if isinstance(value, dict):
+            if not all(isinstance(key, str) for key in value):
+                raise TypeError(f"{where} has a dict key that is not a str")
+            return {key: _json_copy(item, where, active) for key, item in value.items()}
+        return [_json_copy(item, where, active) for item in value]
+    finally:
+        active.discard(id(value))
+
+
+@dataclass(frozen=True)
+class Part:
+    """One multipart/form-data part: its form name, media type and payload."""
+
+    name: str
+    content_type: str
+    data: bytes
+
+
+def parse_header_value(value: str) -> tuple[str, dict[str, str]]:
+    """Split ``type/subtype; a=1; b="x"`` into the lowercased main value and its parameters."""
+    main, _, rest = value.partition(";")
+    params: dict[str, str] = {}
+    rest = ";" + rest if rest else ""
+    position = 0
+    while position < len(rest):
+        match = _PARAM.match(rest, position)
+        if match is None:
+            raise ValueError(f"malformed header parameters in {value!r}")
+        raw = match.group(2)
+        if raw.startswith('"'):
+            raw = re.sub(r"\\(.)", r"\1", raw[1:-1])
+        params[match.group(1).lower()] = raw
+        position = match.end()
+    return main.strip().lower(), params
+
+
+def encode_multipart(parts: list[Part]) -> tuple[str, bytes]:
+    """Frame ``parts`` as multipart/form-data; returns (Content-Type header, body)."""
+    for part in parts:
+        if not part.name or any(c in part.name for c in '"\\\r\n'):
+            raise ValueError(f"invalid multipart part name {part.name!r}")
+    # A random boundary collides with payload bytes with negligible probability, but the
+    # check makes the framing correct for any payload rather than probably correct.
+    while True:
+        boundary = "kcoral-" + secrets.token_hex(16)
+        if all(boundary.encode() not in part.data for part in parts):
+            break
+    chunks: list[bytes] = []
+    for part in parts:
+        chunks.append(
+            f"--{boundary}\r\n"
+            f'Content-Disposition: form-data; name="{part.name}"\r\n'
+            f"Content-Type: {part.content_type}\r\n\r\n".encode()
+        )
+        chunks += [part.data, b"\r\n"]
+    chunks.append(f"--{boundary}--\r\n".encode())
+    return f"multipart/form-data; boundary={boundary}", b"".join(chunks)
+
+
+def decode_multipart(content_type: str, body: bytes) -> list[Part]:
+    """Parse a multipart/form-data body with CRLF framing; ValueError when malformed.
+
+    Every part must carry exactly one ``Content-Disposition: form-data; name=...`` and one
+    ``Content-Type``. A preamble and an epilogue are ignored, as RFC 2046 asks.
+    """
+    media_type, params = parse_header_value(content_type)
+    boundary = params.get("boundary", "")
+    if media_type != "multipart/form-data" or not boundary:
+        raise ValueError(f"not a multipart/form-data content type: {content_type!r}")
+    delimiter = b"--" + boundary.encode("latin-1")
+    if body.startswith(delimiter):
+        position = len(delimiter)
+    else:
+        found = body.find(b"\r\n" + delimiter)
+        if found < 0:
+            raise ValueError("multipart body has no opening boundary")
+        position = found + 2 + len(delimiter)
+    parts: list[Part] = []
+    while True:
+        if body.startswith(b"--", position):
+            break
+        line_end = body.find(b"\r\n", position)
+        if line_end < 0 or body[position:line_end].strip(b" \t"):
+            raise ValueError("malformed multipart boundary line")
+        headers_end = body.find(b"\r\n\r\n", line_end)
+        if headers_end < 0:
+            raise ValueError("multipart part headers are not terminated")
+        # headers_end == line_end means an empty header block.
+        header_block = body[line_end + 2 : headers_end] if headers_end > line_end else b""
+        payload_start = headers_end + 4
+        payload_end = body.find(b"\r\n" + delimiter, payload_start)
+        if payload_end < 0:
+            raise ValueError("multipart part is not terminated by a boundary")
+        parts.append(_make_part(header_block, body[payload_start:payload_end]))
+        position = payload_end + 2 + len(delimiter)
+    if not parts:
+        raise ValueError("multipart body has no parts")
+    return parts
+
+
+def _make_part(header_block: bytes, data: bytes) -> Part:
+    headers: dict[str, str] = {}
+    for line in header_block.decode("utf-8").split("\r\n") if header_block else []:
+        name, colon, value = line.partition(":")
+        name = name.strip().lower()
+        if not colon or not name:
+            raise ValueError(f"malformed multipart header line {line!r}")
+        if name in headers:
+            raise ValueError(f"repeated multipart header {name!r}")
+        headers[name] = value.strip()
+    disposition, params = parse_header_value(headers.get("content-disposition", ""))
+    if disposition != "form-data" or not params.get("name"):
+        raise ValueError("multipart part lacks 'Content-Disposition: form-data; name=...'")
+    if "content-type" not in headers:
+        raise ValueError(f"multipart part {params['name']!r} lacks a Content-Type")
+    encoding = headers.get("content-transfer-encoding", "binary").lower()
+    if encoding not in ("binary", "8bit"):
+        raise ValueError(f"unsupported Content-Transfer-Encoding {encoding!r}")
+    content_type, _ = parse_header_value(headers["content-type"])
+    return Part(params["name"], content_type, data)

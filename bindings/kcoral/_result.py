@@ -1,0 +1,372 @@
+"""Responses of POST /execute: validation, the typed value tree, and ProgramResult.
+
+:func:`decode_response` turns one response (status, content type, body) into a cache miss,
+a :class:`ProgramResult`, or the matching :class:`ServerError`. It serves both the HTTP
+client and the in-process ``run_local``, so both see exactly the same checks. A response
+that breaks the protocol raises :class:`ProtocolError` rather than returning something
+half-decoded.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from kcoral._codec import decode_multipart, is_sha256_hex, loads_json, sha256_hex
+from kcoral._errors import (
+    PROGRAM_ERROR_KINDS,
+    ProtocolError,
+    ServerError,
+    program_failed,
+    server_error,
+)
+from kcoral._files import ReturnedFile, ReturnedFolder, check_manifest
+from kcoral._program import DTYPE_ITEM_SIZES
+
+_ERROR_FIELDS = {
+    "kind",
+    "message",
+    "instruction_index",
+    "instruction_op",
+    "instruction_id",
+    "traceback",
+}
+_GPU_ACCESS_FIELDS = {"cuda_call", "location", "interfered_request_id"}
+_OPS = ("upload", "get_function", "run", "return")
+
+
+@dataclass
+class ProgramResult:
+    """What one executed program produced.
+
+    ``status`` is ``"COMPLETED"`` or ``"FAILED"``. ``results`` holds the values selected
+    by ``return_``/``return_file``/``return_folder`` (for a failed program, those made
+    before the failure): tensors as writable numpy arrays, bytes as ``bytes``, files and
+    folders as :class:`ReturnedFile`/:class:`ReturnedFolder`, JSON-like values as they
+    are. ``error`` is ``None`` or the failure: ``kind``, ``message``,
+    ``instruction_index``, ``instruction_op``, ``instruction_id``, ``traceback`` (and
+    for ``gpu_access``: ``cuda_call``, ``location``, ``interfered_request_id``).
+
+    Times are in milliseconds: ``queue_ms`` waiting for a worker; ``elapsed_ms`` the
+    worker's time, of which ``lease_wait_ms`` waiting for the GPU and ``lease_held_ms``
+    holding it. stdout/stderr are the captured output of the whole program, cut at the
+    output limit when the ``*_truncated`` flag says so.
+    """
+
+    status: str
+    request_id: str
+    queue_ms: float
+    elapsed_ms: float
+    lease_wait_ms: float
+    lease_held_ms: float
+    results: dict[str, Any]
+    stdout: str
+    stderr: str
+    stdout_truncated: bool
+    stderr_truncated: bool
+    error: dict[str, Any] | None = None
+
+    @property
+    def completed(self) -> bool:
+        """Whether every instruction ran successfully."""
+        return self.status == "COMPLETED"
+
+    def __getitem__(self, key: str) -> Any:
+        """``results[key]``; KeyError when the program did not return ``key``."""
+        return self.results[key]
+
+    def raise_for_error(self) -> ProgramResult:
+        """Raise the :class:`ProgramFailed` subclass for a failed program; else return self."""
+        if self.status == "FAILED":
+            raise program_failed(self)
+        return self
+
+
+@dataclass(frozen=True)
+class CacheMiss:
+    """The server lacks these blobs and ran nothing; send the program again with them."""
+
+    request_id: str
+    missing_blobs: frozenset[str]
+
+
+def decode_response(
+    status_code: int,
+    content_type: str | None,
+    body: bytes,
+    headers_get: Callable[[str], str | None],
+) -> CacheMiss | ProgramResult:
+    """Decode one /execute response; raises ServerError (HTTP errors) or ProtocolError.
+
+    ``headers_get`` looks up a response header by lowercase name (``None`` when absent);
+    it supplies ``Retry-After`` and the ``X-Request-ID`` fallback for error bodies.
+    """
+    if status_code != 200:
+        raise error_from_response(status_code, body, headers_get)
+    document, parts = _split_body(content_type, body)
+    status = document.get("status")
+    if status == "CACHE_MISS":
+        if parts:
+            raise ProtocolError("a CACHE_MISS response carries binary parts")
+        return _cache_miss(document)
+    if status not in ("COMPLETED", "FAILED"):
+        raise ProtocolError(f"unexpected response status {status!r}")
+    try:
+        return _program_result(document, parts)
+    except (KeyError, TypeError, ValueError, RecursionError) as error:
+        raise ProtocolError(f"malformed execution response: {error!r}") from error
+
+
+def error_from_response(
+    status_code: int, body: bytes, headers_get: Callable[[str], str | None]
+) -> ServerError:
+    """The ServerError for an HTTP error response, tolerating bodies not written by KCoral.
+
+    A proxy or load balancer in front of the server may answer with HTML, so a body that
+    is not the protocol's error object still yields a ServerError (with ``kind=None``).
+    """
+    kind: str | None = None
+    message = f"HTTP status {status_code}"
+    request_id = headers_get("x-request-id")
+    try:
+        document = loads_json(body)
+    except ValueError:
+        document = None
+    if isinstance(document, dict):
+        error = document.get("error")
+        if isinstance(error, dict):
+            kind = error.get("kind") if isinstance(error.get("kind"), str) else None
+            message = str(error.get("message", message))
+        if isinstance(document.get("request_id"), str) and document["request_id"]:
+            request_id = document["request_id"]
+    elif body:
+        message = body[:200].decode("utf-8", "replace").strip() or message
+    retry_after: float | None = None
+    try:
+        retry_after = float(headers_get("retry-after") or "")
+    except ValueError:
+        pass  # absent, or an HTTP date: leave the choice of delay to the caller
+    return server_error(status_code, kind, message, request_id, retry_after)
+
+
+def _split_body(content_type: str | None, body: bytes) -> tuple[dict[str, Any], dict[str, bytes]]:
+    """(result document, binary parts by name) of a 200 response."""
+    media_type = (content_type or "").partition(";")[0].strip().lower()
+    parts: dict[str, bytes] = {}
+    if media_type == "application/json":
+        raw = body
+    elif media_type == "multipart/form-data":
+        try:
+            first, *rest = decode_multipart(content_type or "", body)
+        except ValueError as error:
+            raise ProtocolError(f"malformed multipart response: {error}") from error
+        if first.name != "result" or first.content_type != "application/json":
+            raise ProtocolError("a multipart response must open with the JSON part 'result'")
+        raw = first.data
+        for index, part in enumerate(rest):
+            # Parts follow in the order the value tree numbers them.
+            if part.name != f"return:{index}":
+                raise ProtocolError(f"response part {part.name!r} is not 'return:{index}'")
+            if part.content_type != "application/octet-stream":
+                raise ProtocolError(f"response part {part.name!r} is not application/octet-stream")
+            parts[part.name] = part.data
+    else:
+        raise ProtocolError(f"unexpected response content type {content_type!r}")
+    try:
+        document = loads_json(raw)
+    except ValueError as error:
+        raise ProtocolError(f"response JSON is invalid: {error}") from error
+    if not isinstance(document, dict):
+        raise ProtocolError("the response JSON is not an object")
+    return document, parts
+
+
+def _cache_miss(document: dict[str, Any]) -> CacheMiss:
+    missing = document.get("missing_blobs")
+    request_id = document.get("request_id")
+    if not isinstance(missing, list) or not missing:
+        raise ProtocolError("CACHE_MISS needs a non-empty 'missing_blobs' list")
+    if not all(is_sha256_hex(digest) for digest in missing) or len(set(missing)) != len(missing):
+        raise ProtocolError("CACHE_MISS 'missing_blobs' must be distinct lowercase SHA-256 hex")
+    if not isinstance(request_id, str):
+        raise ProtocolError("CACHE_MISS lacks a request_id")
+    return CacheMiss(request_id, frozenset(missing))
+
+
+def _program_result(document: dict[str, Any], parts: dict[str, bytes]) -> ProgramResult:
+    # Top-level fields beyond the protocol's are ignored, so a server may add metadata
+    # without breaking clients; everything the protocol defines is checked.
+    encoded = _typed(document, "results", dict)
+    used: list[str] = []
+    results = {key: _decode_value(value, parts, used) for key, value in encoded.items()}
+    unreferenced = sorted(parts.keys() - set(used))
+    if unreferenced:
+        raise ValueError(f"binary parts {unreferenced} are referenced by no value")
+    if document["status"] == "COMPLETED" and "error" in document:
+        raise ValueError("a COMPLETED response carries an error")
+    return ProgramResult(
+        status=document["status"],
+        request_id=_typed(document, "request_id", str),
+        queue_ms=_milliseconds(document, "queue_ms"),
+        elapsed_ms=_milliseconds(document, "elapsed_ms"),
+        lease_wait_ms=_milliseconds(document, "lease_wait_ms"),
+        lease_held_ms=_milliseconds(document, "lease_held_ms"),
+        results=results,
+        stdout=_typed(document, "stdout", str),
+        stderr=_typed(document, "stderr", str),
+        stdout_truncated=_typed(document, "stdout_truncated", bool),
+        stderr_truncated=_typed(document, "stderr_truncated", bool),
+        error=None if document["status"] == "COMPLETED" else _checked_error(document.get("error")),
+    )
+
+
+def _typed(document: dict[str, Any], field: str, kind: type) -> Any:
+    value = document[field]
+    if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
+        raise TypeError(f"{field!r} is not a {kind.__name__}")
+    return value
+
+
+def _milliseconds(document: dict[str, Any], field: str) -> float:
+    value = document[field]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise TypeError(f"{field!r} is not a finite number")
+    return float(value)
+
+
+def _checked_error(error: Any) -> dict[str, Any]:
+    if not isinstance(error, dict):
+        raise ValueError("a FAILED response needs an 'error' object")
+    kind = error.get("kind")
+    if kind not in PROGRAM_ERROR_KINDS:
+        raise ValueError(f"unknown program error kind {kind!r}")
+    expected = _ERROR_FIELDS | (_GPU_ACCESS_FIELDS if kind == "gpu_access" else set())
+    if set(error) != expected:
+        raise ValueError(f"error fields {sorted(error)} are not {sorted(expected)}")
+    index = error["instruction_index"]
+    if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+        raise ValueError("error instruction_index is not a non-negative int")
+    if error["instruction_op"] not in _OPS:
+        raise ValueError(f"error instruction_op {error['instruction_op']!r} is not an op")
+    strings = ["message", "traceback"] + (["cuda_call", "location"] if kind == "gpu_access" else [])
+    nullable = ["instruction_id"] + (["interfered_request_id"] if kind == "gpu_access" else [])
+    if not all(isinstance(error[f], str) for f in strings):
+        raise ValueError(f"error fields {strings} must be strings")
+    if not all(error[f] is None or isinstance(error[f], str) for f in nullable):
+        raise ValueError(f"error fields {nullable} must be strings or null")
+    return error
+
+
+def _fields(node: dict[str, Any], *names: str) -> None:
+    if set(node) != {"type", *names}:
+        raise ValueError(f"a {node['type']!r} value has fields {sorted(node)}")
+
+
+def _decode_value(node: Any, parts: dict[str, bytes], used: list[str]) -> Any:
+    """Decode one node of the typed value tree; ``used`` collects parts in visiting order."""
+    if not isinstance(node, dict) or not isinstance(node.get("type"), str):
+        raise ValueError("a value is not an object with a 'type'")
+    kind = node["type"]
+    if kind == "null":
+        _fields(node)
+        return None
+    if kind in ("boolean", "integer", "number", "string"):
+        _fields(node, "value")
+        if not _is_scalar(kind, node["value"]):
+            raise ValueError(f"a {kind!r} value holds {node['value']!r}")
+        return float(node["value"]) if kind == "number" else node["value"]
+    if kind == "array":
+        _fields(node, "value")
+        if not isinstance(node["value"], list):
+            raise ValueError("an 'array' value is not a list")
+        return [_decode_value(child, parts, used) for child in node["value"]]
+    if kind == "object":
+        _fields(node, "value")
+        if not isinstance(node["value"], dict):
+            raise ValueError("an 'object' value is not an object")
+        return {key: _decode_value(child, parts, used) for key, child in node["value"].items()}
+    if kind == "bytes":
+        _fields(node, "part", "sha256")
+        return _take_part(node, parts, used)
+    if kind == "file":
+        _fields(node, "size", "part", "sha256")
+        data = _take_part(node, parts, used)
+        size = node["size"]
+        if isinstance(size, bool) or not isinstance(size, int) or size != len(data):
+            raise ValueError(f"file size {node['size']!r} does not match its {len(data)} bytes")
+        return ReturnedFile(data)
+    if kind == "folder":
+        _fields(node, "files", "directories")
+        files, directories = node["files"], node["directories"]
+        if not isinstance(files, dict) or not isinstance(directories, list):
+            raise ValueError("a folder's 'files' is not an object or 'directories' not a list")
+        check_manifest(files, directories)
+        decoded = {}
+        for path, child in files.items():
+            if not isinstance(child, dict) or child.get("type") != "file":
+                raise ValueError(f"folder entry {path!r} is not a file value")
+            decoded[path] = _decode_value(child, parts, used)
+        return ReturnedFolder(decoded, directories)
+    if kind == "tensor":
+        _fields(node, "dtype", "shape", "part", "sha256")
+        return _decode_tensor(node, _take_part(node, parts, used))
+    raise ValueError(f"unknown value type {kind!r}")
+
+
+def _is_scalar(kind: str, value: Any) -> bool:
+    if kind == "boolean":
+        return isinstance(value, bool)
+    if isinstance(value, bool):
+        return False
+    if kind == "integer":
+        return isinstance(value, int)
+    if kind == "number":
+        # Strict JSON refuses NaN, but a literal like 1e999 still parses to infinity.
+        return isinstance(value, int) or (isinstance(value, float) and math.isfinite(value))
+    return isinstance(value, str)
+
+
+def _take_part(node: dict[str, Any], parts: dict[str, bytes], used: list[str]) -> bytes:
+    """The bytes of a binary node, checking depth-first numbering, single use and digest."""
+    name = node["part"]
+    # Numbering by visiting order also makes a second reference to a part impossible.
+    if name != f"return:{len(used)}":
+        raise ValueError(
+            f"binary part {name!r} is not numbered depth-first (expected 'return:{len(used)}')"
+        )
+    if name not in parts:
+        raise ValueError(f"binary part {name!r} is missing from the response")
+    data = parts[name]
+    if not is_sha256_hex(node["sha256"]) or sha256_hex(data) != node["sha256"]:
+        raise ValueError(f"binary part {name!r} does not match its sha256")
+    used.append(name)
+    return data
+
+
+def _numpy_dtype(dtype: str) -> np.dtype[Any]:
+    if dtype in ("bfloat16", "float8_e4m3fn", "float8_e5m2"):
+        # numpy has no such types; ml_dtypes supplies them (imported only when needed).
+        import ml_dtypes
+
+        extended: np.dtype[Any] = np.dtype(getattr(ml_dtypes, dtype))
+        return extended
+    # '<' pins the wire's little-endian layout whatever the host's byte order.
+    return np.dtype(dtype).newbyteorder("<")
+
+
+def _decode_tensor(node: dict[str, Any], data: bytes) -> np.ndarray[Any, Any]:
+    dtype, shape = node["dtype"], node["shape"]
+    if dtype not in DTYPE_ITEM_SIZES:
+        raise ValueError(f"unknown tensor dtype {dtype!r}")
+    if not isinstance(shape, list) or not all(
+        isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape
+    ):
+        raise ValueError(f"tensor shape {shape!r} is not a list of non-negative ints")
+    if len(data) != math.prod(shape) * DTYPE_ITEM_SIZES[dtype]:
+        raise ValueError(f"a {dtype} tensor of shape {shape} cannot hold {len(data)} bytes")
+    # frombuffer aliases the read-only response; the copy is writable and owns its memory.
+    return np.frombuffer(data, dtype=_numpy_dtype(dtype)).reshape(shape).copy()

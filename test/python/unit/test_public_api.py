@@ -1,0 +1,68 @@
+"""The public surface of the kcoral package, and what importing it costs."""
+
+import os
+import pathlib
+import subprocess
+import sys
+
+import kcoral
+
+EXPECTED_EXPORTS = [
+    "Client",
+    "CompileFailed",
+    "CorrectnessFailed",
+    "EngineError",
+    "EngineFailed",
+    "ExecutionTimeout",
+    "GpuAccessViolation",
+    "KCoralError",
+    "ParseFailed",
+    "Program",
+    "ProgramFailed",
+    "ProgramResult",
+    "ProtocolError",
+    "Register",
+    "RequestRejected",
+    "RequestTooLarge",
+    "ResponseTooLarge",
+    "ReturnedFile",
+    "ReturnedFolder",
+    "RuntimeFailed",
+    "SerializationFailed",
+    "ServerBusy",
+    "ServerError",
+    "TransportError",
+    "Unavailable",
+    "run_local",
+]
+
+
+def test_exports_are_pinned():
+    assert sorted(kcoral.__all__) == EXPECTED_EXPORTS
+    for name in kcoral.__all__:
+        assert getattr(kcoral, name) is not None
+
+
+def test_version_is_a_string():
+    assert isinstance(kcoral.__version__, str) and kcoral.__version__
+
+
+def test_package_is_typed():
+    assert (pathlib.Path(kcoral.__file__).parent / "py.typed").is_file()
+
+
+def test_import_and_building_load_no_torch_builtins_or_native_module():
+    code = (
+        "import sys, numpy, kcoral\n"
+        "kcoral.Program().upload(kind='tensor', value=numpy.zeros(2, numpy.float32))\n"
+        "heavy = [m for m in sys.modules if m == 'torch' or m.startswith('torch.')\n"
+        "         or m in ('kcoral.builtins', 'kcoral._native')]\n"
+        "print(heavy)\n"
+    )
+    package_root = str(pathlib.Path(kcoral.__file__).parent.parent)
+    env = {**os.environ, "PYTHONPATH": package_root}
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
