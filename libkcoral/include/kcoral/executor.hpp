@@ -1,0 +1,66 @@
+// Executor: runs a Program in this process's embedded CPython interpreter.
+//
+// The executor starts CPython when the process does not run it yet (C++ harnesses, the
+// server's workers) and uses the running interpreter otherwise (the kcoral Python
+// module). Each run gets a fresh working directory, fd-level capture of stdout/stderr,
+// and lease placement per PROTOCOL.md; a failure stops the program and keeps earlier
+// returns. State a program leaves in the interpreter (imports, monkeypatches) is not
+// undone here: the server gives every program a freshly forked worker for that.
+// One program at a time per process; run() takes the GIL itself.
+//
+//   auto executor = kcoral::Executor::create({});
+//   kcoral::NoGpuLease lease;
+//   kcoral::ProgramResult result = executor->run(program, blobs, lease, {});
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "kcoral/blob_store.hpp"
+#include "kcoral/error.hpp"
+#include "kcoral/gpu_lease.hpp"
+#include "kcoral/program.hpp"
+#include "kcoral/program_result.hpp"
+
+namespace kcoral {
+
+struct ExecutorOptions {
+  // The Python whose environment to embed (sys.executable); empty: $KCORAL_PYTHON, else
+  // the interpreter found at build time. Ignored when Python already runs.
+  std::string python_executable;
+  // Where per-program working directories are made; empty: $TMPDIR, else /tmp.
+  std::string work_root;
+};
+
+struct RunOptions {
+  std::uint64_t output_limit_bytes = 1u << 20;  // per stream; 0 turns capture off
+  std::uint64_t max_binary_bytes = 256u << 20;  // all returned binary data together
+  // Called before each instruction with its index (the server attributes crashes by it).
+  std::function<void(std::size_t)> on_instruction;
+};
+
+class Executor {
+ public:
+  [[nodiscard]] static Result<std::unique_ptr<Executor>> create(ExecutorOptions options);
+  Executor(const Executor&) = delete;
+  Executor& operator=(const Executor&) = delete;
+  ~Executor();
+
+  // Runs the program; `blobs` must hold every blob it references.
+  [[nodiscard]] ProgramResult run(const Program& program, const BlobMap& blobs, GpuLease& lease,
+                                  const RunOptions& options);
+
+  // What the interpreter's environment has installed: python, numpy, torch, … (read
+  // from package metadata, nothing imported).
+  [[nodiscard]] std::map<std::string, std::string> versions();
+
+ private:
+  struct Impl;
+  explicit Executor(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kcoral

@@ -1,0 +1,52 @@
+// multipart/form-data: the framing of requests (program + blobs) and of responses with
+// binary results. Parsing is strict and bounded; parts are views into the body.
+//
+//   auto parts = kcoral::parse_multipart(content_type, body, {});
+//   for (const auto& part : *parts) use(part.name, part.content_type, part.data);
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kcoral/error.hpp"
+
+namespace kcoral {
+
+struct MultipartLimits {
+  std::size_t max_parts = 100000;
+  std::size_t max_part_header_bytes = 8192;
+};
+
+// One part; `data` points into the parsed body, which must outlive it.
+struct MultipartPart {
+  std::string name;          // from Content-Disposition: form-data; name="..."
+  std::string content_type;  // media type, lowercased, parameters dropped
+  std::string_view data;
+};
+
+// Parses a multipart/form-data body. `content_type` is the request's header value, which
+// carries the boundary.
+[[nodiscard]] Result<std::vector<MultipartPart>> parse_multipart(
+    std::string_view content_type, std::string_view body, const MultipartLimits& limits);
+
+// A part to encode: name, media type and bytes.
+struct OutgoingPart {
+  std::string_view name;
+  std::string_view content_type;
+  std::string_view data;
+};
+
+struct EncodedMultipart {
+  std::string content_type;  // "multipart/form-data; boundary=..."
+  std::string body;
+};
+
+// Encodes parts with a fresh random boundary that occurs in none of them.
+[[nodiscard]] EncodedMultipart encode_multipart(const std::vector<OutgoingPart>& parts);
+
+// The media type of a Content-Type value: lowercased, parameters and spaces dropped.
+[[nodiscard]] std::string media_type(std::string_view content_type);
+
+}  // namespace kcoral

@@ -1,0 +1,55 @@
+// The CPU device: tensors are numpy arrays over a private copy-on-write mapping of the
+// uploaded blob, so uploads are not copied and programs may still write to them.
+#include <sys/mman.h>
+
+#include "device.hpp"
+
+namespace kcoral {
+namespace {
+
+using python::PyRef;
+
+class CpuDevice final : public Device {
+ public:
+  explicit CpuDevice(PyObject* support) : support_(PyRef::borrow(support)) {}
+
+  PyRef make_tensor(const Blob& blob, const Upload& upload) override {
+    PyRef shape = KCORAL_PY_CHECK(PyList_New(0));
+    for (std::int64_t extent : upload.shape)
+      KCORAL_PY_CHECK(PyList_Append(shape.get(), PyRef::steal(PyLong_FromLongLong(extent)).get()));
+    PyRef buffer = blob.size() == 0 ? PyRef::borrow(Py_None) : private_mapping(blob);
+    std::string dtype(to_wire(upload.dtype));
+    return KCORAL_PY_CHECK(PyObject_CallMethod(support_.get(), "make_tensor", "Os#O", buffer.get(),
+                                               dtype.data(), static_cast<Py_ssize_t>(dtype.size()),
+                                               shape.get()));
+  }
+
+  PyRef load_library(const Blob&) override {
+    throw InstructionFailure{ErrorKind::unavailable,
+                             "library uploads need a GPU server; this server runs on the CPU", ""};
+  }
+
+  PyRef library_function(PyObject*, const std::string&) override {
+    throw InstructionFailure{ErrorKind::unavailable, "libraries are not available on a CPU server", ""};
+  }
+
+  Status synchronize() override { return {}; }
+
+ private:
+  // mmap.mmap(fd, 0, MAP_PRIVATE, PROT_READ | PROT_WRITE): writes stay in this process.
+  PyRef private_mapping(const Blob& blob) {
+    PyRef mmap_module = KCORAL_PY_CHECK(PyImport_ImportModule("mmap"));
+    return KCORAL_PY_CHECK(PyObject_CallMethod(mmap_module.get(), "mmap", "inii", blob.fd(), 0,
+                                               MAP_PRIVATE, PROT_READ | PROT_WRITE));
+  }
+
+  PyRef support_;
+};
+
+}  // namespace
+
+std::unique_ptr<Device> make_cpu_device(PyObject* support) {
+  return std::make_unique<CpuDevice>(support);
+}
+
+}  // namespace kcoral

@@ -1,0 +1,95 @@
+// Executor: the interpreter, its helper module and the device, shared by every run.
+#include "kcoral/executor.hpp"
+
+#include <cstdlib>
+
+#include "device.hpp"
+#include "program_run.hpp"
+#include "python/interpreter.hpp"
+
+namespace kcoral {
+namespace python {
+extern const char kExecutorSupportSource[];
+}
+
+using python::PyRef;
+
+struct Executor::Impl {
+  ExecutorOptions options;
+  PyRef support;
+  std::unique_ptr<Device> device;
+  std::uint64_t modules_loaded = 0;
+};
+
+namespace {
+
+// Imports the embedded helper as `_kcoral_executor`, once per interpreter.
+PyRef import_support() {
+  PyObject* modules = PyImport_GetModuleDict();
+  if (PyObject* existing = PyDict_GetItemString(modules, "_kcoral_executor"))
+    return PyRef::borrow(existing);
+  PyRef code = KCORAL_PY_CHECK(
+      Py_CompileString(python::kExecutorSupportSource, python::kExecutorSupportFilename, Py_file_input));
+  return KCORAL_PY_CHECK(PyImport_ExecCodeModule("_kcoral_executor", code.get()));
+}
+
+std::string default_work_root() {
+  const char* tmp = std::getenv("TMPDIR");
+  return std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp");
+}
+
+}  // namespace
+
+Executor::Executor(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Executor::~Executor() {
+  if (impl_ && Py_IsInitialized()) {
+    python::Gil gil;
+    impl_->device.reset();
+    impl_->support = PyRef();
+  }
+}
+
+Result<std::unique_ptr<Executor>> Executor::create(ExecutorOptions options) {
+  if (auto status = python::ensure_interpreter(options.python_executable); !status)
+    return std::unexpected(status.error());
+  auto impl = std::make_unique<Impl>();
+  if (options.work_root.empty()) options.work_root = default_work_root();
+  impl->options = std::move(options);
+  python::Gil gil;
+  try {
+    impl->support = import_support();
+    impl->device = make_cpu_device(impl->support.get());
+  } catch (const python::PythonException& e) {
+    return fail(ErrorKind::engine, std::string("cannot prepare the executor: ") + e.what());
+  }
+  return std::unique_ptr<Executor>(new Executor(std::move(impl)));
+}
+
+ProgramResult Executor::run(const Program& program, const BlobMap& blobs, GpuLease& lease,
+                            const RunOptions& options) {
+  python::Gil gil;
+  ExecutionContext context{impl_->support.get(), *impl_->device, impl_->options.work_root,
+                           impl_->modules_loaded};
+  return ProgramRun(context, program, blobs, lease, options).execute();
+}
+
+std::map<std::string, std::string> Executor::versions() {
+  python::Gil gil;
+  std::map<std::string, std::string> out;
+  PyRef found = PyRef::steal(PyObject_CallMethod(impl_->support.get(), "versions", nullptr));
+  if (!found) {
+    PyErr_Clear();
+    return out;
+  }
+  PyObject *key = nullptr, *value = nullptr;
+  Py_ssize_t position = 0;
+  while (PyDict_Next(found.get(), &position, &key, &value)) {
+    const char* k = PyUnicode_AsUTF8(key);
+    const char* v = PyUnicode_AsUTF8(value);
+    if (k != nullptr && v != nullptr) out.emplace(k, v);
+  }
+  PyErr_Clear();
+  return out;
+}
+
+}  // namespace kcoral

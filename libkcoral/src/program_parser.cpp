@@ -1,0 +1,429 @@
+// Strict parse of the wire program (PROTOCOL.md, "Request") into a Program.
+//
+// simdjson rejects malformed JSON, NaN/Infinity, invalid UTF-8, trailing content and
+// nesting past the depth bound; this file adds what JSON itself allows but the protocol
+// does not: duplicate keys, unknown or missing fields, wrong types, and the program's own
+// rules (earlier references, unique ids and keys, paths, tensor metadata).
+#include <simdjson.h>
+
+#include <limits>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "kcoral/program.hpp"
+#include "kcoral/sha256.hpp"
+#include "workspace_path.hpp"
+
+namespace kcoral {
+namespace {
+
+using simdjson::dom::element;
+using simdjson::dom::element_type;
+using simdjson::dom::object;
+using simdjson::dom::array;
+
+// By value: simdjson_result::value_unsafe() returns into the temporary result, which a
+// range-for would otherwise outlive.
+array array_of(element value) { return value.get_array().value_unsafe(); }
+object object_of(element value) { return value.get_object().value_unsafe(); }
+
+std::string shown(std::string_view text) {
+  constexpr std::size_t kShown = 80;
+  std::string out = "'";
+  out += text.substr(0, kShown);
+  if (text.size() > kShown) out += "...";
+  out += "'";
+  return out;
+}
+
+// Rejects duplicate keys anywhere in the document; simdjson keeps them silently.
+Status reject_duplicate_keys(element value) {
+  if (value.is_array()) {
+    for (element child : array_of(value)) {
+      if (auto status = reject_duplicate_keys(child); !status) return status;
+    }
+  } else if (value.is_object()) {
+    std::unordered_set<std::string_view> seen;
+    for (auto field : object_of(value)) {
+      if (!seen.insert(field.key).second)
+        return fail(ErrorKind::parse, "duplicate JSON key " + shown(field.key));
+      if (auto status = reject_duplicate_keys(field.value); !status) return status;
+    }
+  }
+  return {};
+}
+
+// A reference is exactly {"$ref": "<non-empty string>"}.
+std::optional<std::string_view> as_reference(element value) {
+  if (!value.is_object()) return std::nullopt;
+  object obj = object_of(value);
+  if (obj.size() != 1) return std::nullopt;
+  auto target = obj.at_key("$ref");
+  if (target.error() || !target.value_unsafe().is_string()) return std::nullopt;
+  std::string_view id = target.value_unsafe().get_string().value_unsafe();
+  if (id.empty()) return std::nullopt;
+  return id;
+}
+
+}  // namespace
+
+class ProgramValidator {
+ public:
+  explicit ProgramValidator(const ProgramLimits& limits) : limits_(limits) {}
+
+  Result<Program> run(element root) {
+    if (!root.is_object()) return fail(ErrorKind::parse, "the program must be a JSON object");
+    object body = object_of(root);
+    if (auto status = check_fields(body, "the program", {"instructions", "options"}, {"instructions"});
+        !status)
+      return std::unexpected(status.error());
+    if (auto options = body.at_key("options"); !options.error()) {
+      if (auto status = parse_options(options.value_unsafe()); !status)
+        return std::unexpected(status.error());
+    }
+    element instructions = body.at_key("instructions").value_unsafe();
+    if (!instructions.is_array() || array_of(instructions).size() == 0)
+      return fail(ErrorKind::parse, "'instructions' must be a non-empty array");
+    if (array_of(instructions).size() > limits_.max_instructions)
+      return fail(ErrorKind::parse, "the program has more than " +
+                                        std::to_string(limits_.max_instructions) +
+                                        " instructions");
+    std::size_t index = 0;
+    for (element item : array_of(instructions)) {
+      if (auto status = parse_instruction(item); !status)
+        return fail(ErrorKind::parse, "instruction " + std::to_string(index) + ": " +
+                                          status.error().message);
+      ++index;
+    }
+    std::vector<std::string_view> paths;
+    for (const Instruction& instruction : program_.instructions_) {
+      if (auto* upload = std::get_if<Upload>(&instruction); upload && upload->kind == UploadKind::file)
+        paths.push_back(upload->path);
+    }
+    if (auto status = check_path_collisions(std::move(paths)); !status)
+      return std::unexpected(status.error());
+    return std::move(program_);
+  }
+
+ private:
+  Status check_fields(object obj, std::string_view what,
+                      std::initializer_list<std::string_view> allowed,
+                      std::initializer_list<std::string_view> required) {
+    for (auto field : obj) {
+      bool known = false;
+      for (std::string_view name : allowed) known = known || field.key == name;
+      if (!known)
+        return fail(ErrorKind::parse, std::string(what) + " has the unknown field " + shown(field.key));
+    }
+    for (std::string_view name : required) {
+      if (obj.at_key(name).error())
+        return fail(ErrorKind::parse, std::string(what) + " is missing the field '" +
+                                          std::string(name) + "'");
+    }
+    return {};
+  }
+
+  Status parse_options(element value) {
+    if (!value.is_object()) return fail(ErrorKind::parse, "'options' must be an object");
+    object options = object_of(value);
+    if (auto status =
+            check_fields(options, "'options'", {"timeout_seconds", "output_limit_bytes"}, {});
+        !status)
+      return status;
+    if (auto timeout = options.at_key("timeout_seconds"); !timeout.error()) {
+      element t = timeout.value_unsafe();
+      if (!t.is_number())
+        return fail(ErrorKind::parse, "'timeout_seconds' must be a positive number");
+      double seconds = t.get_double().value_unsafe();
+      if (!(seconds > 0)) return fail(ErrorKind::parse, "'timeout_seconds' must be a positive number");
+      program_.options_.timeout_seconds = seconds;
+    }
+    if (auto limit = options.at_key("output_limit_bytes"); !limit.error()) {
+      element l = limit.value_unsafe();
+      if (l.type() == element_type::INT64 && l.get_int64().value_unsafe() >= 0)
+        program_.options_.output_limit_bytes = l.get_uint64().value_unsafe();
+      else if (l.type() == element_type::UINT64)
+        program_.options_.output_limit_bytes = l.get_uint64().value_unsafe();
+      else
+        return fail(ErrorKind::parse, "'output_limit_bytes' must be an integer >= 0");
+    }
+    return {};
+  }
+
+  Status parse_instruction(element item) {
+    if (!item.is_object()) return fail(ErrorKind::parse, "an instruction must be an object");
+    object obj = object_of(item);
+    auto op_field = obj.at_key("op");
+    if (op_field.error() || !op_field.value_unsafe().is_string())
+      return fail(ErrorKind::parse, "the field 'op' must be one of upload, get_function, run, return");
+    std::string_view op = op_field.value_unsafe().get_string().value_unsafe();
+    if (op == "return") return parse_return(obj);
+    if (op != "upload" && op != "get_function" && op != "run")
+      return fail(ErrorKind::parse, "unknown op " + shown(op) +
+                                        " (expected upload, get_function, run or return)");
+    if (op == "upload") return parse_upload(obj);
+    Result<std::string> id = read_new_id(obj, /*required=*/true);
+    if (!id) return std::unexpected(id.error());
+    return op == "get_function" ? parse_get_function(obj, std::move(*id))
+                                : parse_run(obj, std::move(*id));
+  }
+
+  Result<std::string> read_new_id(object obj, bool required) {
+    auto field = obj.at_key("id");
+    if (field.error()) {
+      if (required) return fail(ErrorKind::parse, "the field 'id' is missing");
+      return std::string();
+    }
+    if (!field.value_unsafe().is_string())
+      return fail(ErrorKind::parse, "'id' must be a non-empty string");
+    std::string_view id = field.value_unsafe().get_string().value_unsafe();
+    if (id.empty()) return fail(ErrorKind::parse, "'id' must be a non-empty string");
+    if (id.size() > limits_.max_id_bytes)
+      return fail(ErrorKind::parse, "'id' is longer than " + std::to_string(limits_.max_id_bytes) +
+                                        " bytes");
+    if (kinds_.contains(std::string(id)))
+      return fail(ErrorKind::parse, "duplicate instruction id " + shown(id));
+    return std::string(id);
+  }
+
+  Result<std::string> read_string(object obj, std::string_view name, bool non_empty) {
+    element value = obj.at_key(name).value_unsafe();  // presence checked by check_fields
+    if (!value.is_string() || (non_empty && value.get_string().value_unsafe().empty()))
+      return fail(ErrorKind::parse, "'" + std::string(name) + "' must be a " +
+                                        (non_empty ? "non-empty " : "") + "string");
+    return std::string(value.get_string().value_unsafe());
+  }
+
+  Result<std::string> read_blob(object obj) {
+    element value = obj.at_key("blob").value_unsafe();
+    if (!value.is_string() || !is_sha256_hex(value.get_string().value_unsafe()))
+      return fail(ErrorKind::parse, "'blob' must be a lowercase hex SHA-256 digest");
+    std::string hash(value.get_string().value_unsafe());
+    if (std::find(program_.blobs_.begin(), program_.blobs_.end(), hash) == program_.blobs_.end())
+      program_.blobs_.push_back(hash);
+    return hash;
+  }
+
+  // Resolves a reference field; `what` names the field in messages.
+  Result<Ref> read_reference(element value, std::string_view what) {
+    std::optional<std::string_view> target = as_reference(value);
+    if (!target) return fail(ErrorKind::parse, std::string(what) + " must be {\"$ref\": \"<id>\"}");
+    if (!kinds_.contains(std::string(*target)))
+      return fail(ErrorKind::parse, std::string(what) + " references " + shown(*target) +
+                                        ", which is not the id of an earlier instruction");
+    return Ref{std::string(*target)};
+  }
+
+  Status add(Instruction instruction, std::string_view kind) {
+    if (std::optional<std::string_view> id = instruction_id(instruction))
+      kinds_.emplace(std::string(*id), std::string(kind));
+    program_.instructions_.push_back(std::move(instruction));
+    return {};
+  }
+
+  Status parse_upload(object obj) {
+    auto kind_field = obj.at_key("kind");
+    std::string_view kind =
+        kind_field.error() || !kind_field.value_unsafe().is_string()
+            ? std::string_view()
+            : kind_field.value_unsafe().get_string().value_unsafe();
+    Upload upload;
+    Status fields;
+    if (kind == "module") {
+      fields = check_fields(obj, "a module upload", {"op", "id", "kind", "source", "language"},
+                            {"op", "id", "kind", "source"});
+      upload.kind = UploadKind::module;
+    } else if (kind == "tensor") {
+      fields = check_fields(obj, "a tensor upload", {"op", "id", "kind", "blob", "dtype", "shape"},
+                            {"op", "id", "kind", "blob", "dtype", "shape"});
+      upload.kind = UploadKind::tensor;
+    } else if (kind == "bytes" || kind == "library") {
+      fields = check_fields(obj, kind == "bytes" ? "a bytes upload" : "a library upload",
+                            {"op", "id", "kind", "blob"}, {"op", "id", "kind", "blob"});
+      upload.kind = kind == "bytes" ? UploadKind::bytes : UploadKind::library;
+    } else if (kind == "file") {
+      fields = check_fields(obj, "a file upload", {"op", "id", "kind", "blob", "path"},
+                            {"op", "kind", "blob", "path"});
+      upload.kind = UploadKind::file;
+    } else {
+      return fail(ErrorKind::parse, "upload 'kind' must be one of module, tensor, bytes, file, "
+                                    "library, not " + (kind.empty() ? std::string("missing") : shown(kind)));
+    }
+    if (!fields) return fields;
+    Result<std::string> id = read_new_id(obj, upload.kind != UploadKind::file);
+    if (!id) return std::unexpected(id.error());
+    upload.id = std::move(*id);
+
+    if (upload.kind == UploadKind::module) {
+      Result<std::string> source = read_string(obj, "source", false);
+      if (!source) return std::unexpected(source.error());
+      upload.source = std::move(*source);
+      if (auto language = obj.at_key("language"); !language.error()) {
+        element l = language.value_unsafe();
+        std::string_view text = l.is_string() ? l.get_string().value_unsafe() : "";
+        if (text == "python") upload.language = ModuleLanguage::python;
+        else if (text == "cuda") upload.language = ModuleLanguage::cuda;
+        else return fail(ErrorKind::parse, "'language' must be \"python\" or \"cuda\"");
+      }
+      return add(std::move(upload), "module");
+    }
+    Result<std::string> blob = read_blob(obj);
+    if (!blob) return std::unexpected(blob.error());
+    upload.blob = std::move(*blob);
+    if (upload.kind == UploadKind::file) {
+      element path = obj.at_key("path").value_unsafe();
+      if (!path.is_string()) return fail(ErrorKind::parse, "'path' must be a non-empty string");
+      Result<std::string> normalized = normalize_workspace_path(path.get_string().value_unsafe());
+      if (!normalized) return std::unexpected(normalized.error());
+      upload.path = std::move(*normalized);
+      return add(std::move(upload), "file");
+    }
+    if (upload.kind == UploadKind::tensor) {
+      if (auto status = parse_tensor_metadata(obj, upload); !status) return status;
+    }
+    std::string_view names = upload.kind == UploadKind::library ? "library" : "value";
+    return add(std::move(upload), names);
+  }
+
+  Status parse_tensor_metadata(object obj, Upload& upload) {
+    element dtype = obj.at_key("dtype").value_unsafe();
+    std::optional<Dtype> parsed =
+        dtype.is_string() ? dtype_from_wire(dtype.get_string().value_unsafe()) : std::nullopt;
+    if (!parsed)
+      return fail(ErrorKind::parse, "unsupported tensor dtype; expected one of bool uint8 int8 "
+                                    "float8_e4m3fn float8_e5m2 int16 float16 bfloat16 int32 "
+                                    "float32 int64 float64");
+    upload.dtype = *parsed;
+    element shape = obj.at_key("shape").value_unsafe();
+    if (!shape.is_array()) return fail(ErrorKind::parse, "'shape' must be an array of integers >= 0");
+    if (array_of(shape).size() > limits_.max_shape_rank)
+      return fail(ErrorKind::parse, "'shape' has more than " + std::to_string(limits_.max_shape_rank) +
+                                        " dimensions");
+    std::uint64_t bytes = item_size(upload.dtype);
+    bool empty = false;
+    for (element dim : array_of(shape)) {
+      if (dim.type() != element_type::INT64 || dim.get_int64().value_unsafe() < 0)
+        return fail(ErrorKind::parse, "'shape' must be an array of integers >= 0");
+      auto extent = static_cast<std::uint64_t>(dim.get_int64().value_unsafe());
+      upload.shape.push_back(static_cast<std::int64_t>(extent));
+      if (extent == 0) empty = true;
+      else if (!empty && bytes > limits_.max_tensor_bytes / extent)
+        return fail(ErrorKind::parse, "the tensor's shape describes more than " +
+                                          std::to_string(limits_.max_tensor_bytes) + " bytes");
+      else if (!empty) bytes *= extent;
+    }
+    return {};
+  }
+
+  Status parse_get_function(object obj, std::string id) {
+    if (auto status = check_fields(obj, "get_function", {"op", "id", "module", "name", "cpu_only"},
+                                   {"op", "id", "module", "name"});
+        !status)
+      return status;
+    GetFunction get{std::move(id), {}, {}, false};
+    Result<Ref> module = read_reference(obj.at_key("module").value_unsafe(), "'module'");
+    if (!module) return std::unexpected(module.error());
+    const std::string& target_kind = kinds_.at(module->id);
+    if (target_kind != "module" && target_kind != "library")
+      return fail(ErrorKind::parse, "'module' references " + shown(module->id) +
+                                        ", which is not a module or library upload");
+    get.module = std::move(*module);
+    Result<std::string> name = read_string(obj, "name", true);
+    if (!name) return std::unexpected(name.error());
+    get.name = std::move(*name);
+    if (auto cpu_only = obj.at_key("cpu_only"); !cpu_only.error()) {
+      if (!cpu_only.value_unsafe().is_bool())
+        return fail(ErrorKind::parse, "'cpu_only' must be true or false");
+      get.cpu_only = cpu_only.value_unsafe().get_bool().value_unsafe();
+    }
+    return add(std::move(get), "function");
+  }
+
+  Status parse_run(object obj, std::string id) {
+    if (auto status = check_fields(obj, "run", {"op", "id", "fn", "args"}, {"op", "id", "fn"});
+        !status)
+      return status;
+    Run run{std::move(id), {}, {}};
+    Result<Ref> fn = read_reference(obj.at_key("fn").value_unsafe(), "'fn'");
+    if (!fn) return std::unexpected(fn.error());
+    run.fn = std::move(*fn);
+    if (auto args = obj.at_key("args"); !args.error()) {
+      if (!args.value_unsafe().is_array()) return fail(ErrorKind::parse, "'args' must be an array");
+      for (element arg : array_of(args.value_unsafe())) {
+        // Only a top-level argument that is exactly a reference is resolved; anything
+        // else, references nested in containers included, is a literal.
+        if (as_reference(arg)) {
+          Result<Ref> ref = read_reference(arg, "an argument");
+          if (!ref) return std::unexpected(ref.error());
+          run.args.emplace_back(std::move(*ref));
+        } else {
+          run.args.emplace_back(JsonLiteral{simdjson::minify(arg)});
+        }
+      }
+    }
+    return add(std::move(run), "value");
+  }
+
+  Status parse_return(object obj) {
+    bool is_path = !obj.at_key("kind").error();
+    Status fields = is_path ? check_fields(obj, "return", {"op", "key", "kind", "path"},
+                                           {"op", "key", "kind", "path"})
+                            : check_fields(obj, "return", {"op", "key", "value"}, {"op", "key", "value"});
+    if (!fields) return fields;
+    Result<std::string> key = read_string(obj, "key", true);
+    if (!key) return std::unexpected(key.error());
+    if (!return_keys_.insert(*key).second)
+      return fail(ErrorKind::parse, "duplicate return key " + shown(*key));
+    if (!is_path) {
+      Result<Ref> value = read_reference(obj.at_key("value").value_unsafe(), "'value'");
+      if (!value) return std::unexpected(value.error());
+      return add(ReturnValue{std::move(*key), std::move(*value)}, "");
+    }
+    ReturnPath ret{std::move(*key), PathKind::file, std::string()};
+    element kind = obj.at_key("kind").value_unsafe();
+    std::string_view kind_text = kind.is_string() ? kind.get_string().value_unsafe() : "";
+    if (kind_text == "file") ret.kind = PathKind::file;
+    else if (kind_text == "folder") ret.kind = PathKind::folder;
+    else return fail(ErrorKind::parse, "return 'kind' must be \"file\" or \"folder\"");
+    element path = obj.at_key("path").value_unsafe();
+    if (as_reference(path)) {
+      Result<Ref> ref = read_reference(path, "'path'");
+      if (!ref) return std::unexpected(ref.error());
+      ret.path = std::move(*ref);
+    } else if (path.is_string()) {
+      Result<std::string> normalized = normalize_workspace_path(path.get_string().value_unsafe());
+      if (!normalized) return std::unexpected(normalized.error());
+      ret.path = std::move(*normalized);
+    } else {
+      return fail(ErrorKind::parse, "'path' must be a path string or {\"$ref\": \"<id>\"}");
+    }
+    return add(std::move(ret), "");
+  }
+
+  const ProgramLimits& limits_;
+  Program program_;
+  std::unordered_map<std::string, std::string> kinds_;  // id -> what it names
+  std::unordered_set<std::string> return_keys_;
+};
+
+Result<Program> Program::parse(std::string_view json, const ProgramLimits& limits) {
+  if (json.size() > limits.max_program_bytes)
+    return fail(ErrorKind::parse, "the program is larger than " +
+                                      std::to_string(limits.max_program_bytes) + " bytes");
+  simdjson::dom::parser parser;
+  if (auto error = parser.allocate(json.size(), limits.max_depth))
+    return fail(ErrorKind::parse, std::string("cannot parse the program: ") +
+                                      simdjson::error_message(error));
+  simdjson::dom::element root;
+  if (auto error = parser.parse(json.data(), json.size()).get(root)) {
+    std::string message = "malformed JSON in the program: ";
+    message += error == simdjson::DEPTH_ERROR
+                   ? "nested deeper than " + std::to_string(limits.max_depth) + " levels"
+                   : std::string(simdjson::error_message(error));
+    return fail(ErrorKind::parse, message);
+  }
+  if (auto status = reject_duplicate_keys(root); !status) return std::unexpected(status.error());
+  return ProgramValidator(limits).run(root);
+}
+
+}  // namespace kcoral

@@ -1,0 +1,388 @@
+// ProgramRun: instruction semantics, error kinds and lease placement (PROTOCOL.md).
+#include "program_run.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include "kcoral/sha256.hpp"
+#include "output_capture.hpp"
+
+namespace kcoral {
+namespace {
+
+using python::PyRef;
+using python::PythonException;
+using Json = nlohmann::ordered_json;
+
+constexpr std::size_t kTracebackBytes = 8192;
+
+std::string tail(std::string text, std::size_t bytes) {
+  return text.size() <= bytes ? text : text.substr(text.size() - bytes);
+}
+
+// A file name that is safe and still recognisable in tracebacks: "my-ops" -> "my_ops".
+std::string sanitized(std::string_view id) {
+  std::string out;
+  for (char c : id.substr(0, 64)) out += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+  return out;
+}
+
+InstructionFailure failure_from(const PythonException& e, ErrorKind kind) {
+  return {kind, e.error().summary(), e.error().traceback};
+}
+
+}  // namespace
+
+ProgramRun::ProgramRun(ExecutionContext context, const Program& program, const BlobMap& blobs,
+                       GpuLease& lease, const RunOptions& options)
+    : context_(context), program_(program), blobs_(blobs), lease_(lease), options_(options) {
+  for (const Instruction& instruction : program.instructions()) {
+    if (const auto* get = std::get_if<GetFunction>(&instruction); get && get->cpu_only)
+      cpu_only_functions_.insert(get->id);
+  }
+}
+
+ProgramResult ProgramRun::execute() {
+  auto started = std::chrono::steady_clock::now();
+  auto workspace = Workspace::create(context_.work_root);
+  auto capture = workspace ? OutputCapture::start(options_.output_limit_bytes)
+                           : Result<std::unique_ptr<OutputCapture>>(std::unexpected(workspace.error()));
+  if (!capture) {
+    fail(0, ErrorKind::engine, capture.error().message, "");
+    return std::move(result_);
+  }
+  workspace_ = std::move(*workspace);
+
+  UniqueFd previous_directory(::open(".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  PyObject* sys_path = PySys_GetObject("path");  // borrowed
+  PyRef work_dir = PyRef::steal(PyUnicode_FromString(workspace_->work_dir().c_str()));
+  bool path_added = false;
+  if (::chdir(workspace_->work_dir().c_str()) != 0) {
+    fail(0, ErrorKind::engine, "cannot enter the working directory", "");
+  } else {
+    // Files a program uploads (helper packages, say) import like those beside a script.
+    path_added = sys_path != nullptr && PyList_Insert(sys_path, 0, work_dir.get()) == 0;
+    run_instructions();
+  }
+  clean_up();
+
+  for (const char* stream : {"stdout", "stderr"}) {
+    PyObject* file = PySys_GetObject(stream);
+    if (file != nullptr && PyObject_CallMethod(file, "flush", nullptr) == nullptr) PyErr_Clear();
+  }
+  auto [out, err] = (*capture)->finish();
+  if (previous_directory) (void)!::fchdir(previous_directory.get());
+  if (path_added) {
+    Py_ssize_t index = PySequence_Index(sys_path, work_dir.get());
+    if (index >= 0) PySequence_DelItem(sys_path, index);
+    PyErr_Clear();
+  }
+  PyObject* modules = PyImport_GetModuleDict();
+  for (const std::string& name : registered_modules_) {
+    if (PyDict_DelItemString(modules, name.c_str()) != 0) PyErr_Clear();
+  }
+  values_.clear();
+  workspace_.reset();
+
+  result_.stdout_output = {decode_output(out.bytes), out.truncated};
+  result_.stderr_output = {decode_output(err.bytes), err.truncated};
+  std::string json = "{";
+  for (const auto& [key, text] : results_) {
+    if (json.size() > 1) json += ',';
+    json.append(Json(key).dump(-1, ' ', false, Json::error_handler_t::replace)).append(":").append(text);
+  }
+  result_.results_json = json + "}";
+  result_.parts = std::move(parts_);
+  result_.elapsed_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
+  return std::move(result_);
+}
+
+void ProgramRun::run_instructions() {
+  const std::vector<Instruction>& instructions = program_.instructions();
+  for (current_ = 0; current_ < instructions.size(); ++current_) {
+    if (options_.on_instruction) options_.on_instruction(current_);
+    try {
+      place_lease(instructions[current_]);
+      std::visit([this](const auto& instruction) { execute(instruction); }, instructions[current_]);
+    } catch (const InstructionFailure& failure) {
+      fail(current_, failure.kind, failure.message, failure.traceback);
+    } catch (const PythonException& e) {
+      fail(current_, ErrorKind::runtime, e.error().summary(), e.error().traceback);
+    } catch (const std::exception& e) {
+      fail(current_, ErrorKind::engine, e.what(), "");
+    }
+    if (result_.error) return;
+  }
+  current_ = instructions.empty() ? 0 : instructions.size() - 1;
+}
+
+void ProgramRun::place_lease(const Instruction& instruction) {
+  if (!lease_.has_gpu()) return;
+  bool off_gpu = false;
+  if (const auto* upload = std::get_if<Upload>(&instruction)) {
+    if (upload->kind == UploadKind::bytes) return;
+    off_gpu = upload->kind == UploadKind::file;
+  } else if (std::holds_alternative<ReturnPath>(instruction)) {
+    off_gpu = true;
+  } else if (const auto* run = std::get_if<Run>(&instruction)) {
+    off_gpu = cpu_only_functions_.contains(run->fn.id);
+  }
+  if (off_gpu) {
+    drop_lease();
+  } else if (auto status = lease_.acquire(); !status) {
+    throw InstructionFailure{ErrorKind::engine, "cannot take the GPU lease: " + status.error().message, ""};
+  }
+}
+
+void ProgramRun::drop_lease() {
+  if (!lease_.held()) return;
+  // Hand over an idle GPU: whatever this program queued must finish on its own time.
+  if (auto status = context_.device.synchronize(); !status)
+    throw InstructionFailure{ErrorKind::runtime, status.error().message, ""};
+  lease_.release();
+}
+
+void ProgramRun::clean_up() {
+  if (!lease_.has_gpu()) return;
+  std::optional<Error> problem;
+  if (auto status = lease_.acquire(); !status) problem = status.error();
+  else if (auto synced = context_.device.synchronize(); !synced) problem = synced.error();
+  lease_.release();
+  if (problem && !result_.error) fail(current_, ErrorKind::runtime, problem->message, "");
+}
+
+void ProgramRun::execute(const Upload& upload) {
+  switch (upload.kind) {
+    case UploadKind::module:
+      if (upload.language == ModuleLanguage::cuda) {
+        // Kept as text: get_function hands it to the program's own compiler code.
+        values_[upload.id] = KCORAL_PY_CHECK(PyUnicode_FromStringAndSize(
+            upload.source.data(), static_cast<Py_ssize_t>(upload.source.size())));
+        module_sources_[upload.id] = upload.source;
+      } else {
+        values_[upload.id] = load_module(upload);
+      }
+      return;
+    case UploadKind::bytes: {
+      std::string_view data = blob(upload.blob).view();
+      values_[upload.id] =
+          KCORAL_PY_CHECK(PyBytes_FromStringAndSize(data.data(), static_cast<Py_ssize_t>(data.size())));
+      return;
+    }
+    case UploadKind::tensor:
+      try {
+        values_[upload.id] = context_.device.make_tensor(blob(upload.blob), upload);
+      } catch (const PythonException& e) {
+        bool missing_package = e.error().type_name == "LookupError";
+        throw failure_from(e, missing_package ? ErrorKind::unavailable : ErrorKind::runtime);
+      }
+      return;
+    case UploadKind::file:
+      if (auto status = workspace_->write_file(upload.path, blob(upload.blob).view()); !status)
+        throw InstructionFailure{status.error().kind, status.error().message, ""};
+      if (!upload.id.empty())
+        values_[upload.id] = KCORAL_PY_CHECK(PyUnicode_FromStringAndSize(
+            upload.path.data(), static_cast<Py_ssize_t>(upload.path.size())));
+      return;
+    case UploadKind::library:
+      try {
+        values_[upload.id] = context_.device.load_library(blob(upload.blob));
+      } catch (const PythonException& e) {
+        throw failure_from(e, ErrorKind::compile);
+      }
+      return;
+  }
+}
+
+PyRef ProgramRun::load_module(const Upload& upload) {
+  std::string stem = sanitized(upload.id);
+  std::string path = workspace_->modules_dir() + "/" + stem + ".py";
+  for (int n = 2; ::access(path.c_str(), F_OK) == 0; ++n)
+    path = workspace_->modules_dir() + "/" + stem + "_" + std::to_string(n) + ".py";
+  {
+    UniqueFd file(::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+    std::string_view source = upload.source;
+    while (file && !source.empty()) {
+      ssize_t n = ::write(file.get(), source.data(), source.size());
+      if (n <= 0) break;
+      source.remove_prefix(static_cast<std::size_t>(n));
+    }
+  }
+  std::string name = "kcoral_upload_" + std::to_string(++context_.modules_loaded) + "_" + stem;
+  registered_modules_.push_back(name);
+  try {
+    return KCORAL_PY_CHECK(PyObject_CallMethod(
+        context_.support, "load_module", "s#s#s#", name.data(), static_cast<Py_ssize_t>(name.size()),
+        path.data(), static_cast<Py_ssize_t>(path.size()), upload.source.data(),
+        static_cast<Py_ssize_t>(upload.source.size())));
+  } catch (const PythonException& e) {
+    throw failure_from(e, ErrorKind::parse);
+  }
+}
+
+void ProgramRun::execute(const GetFunction& get) {
+  PyObject* module = value(get.module);
+  if (auto source = module_sources_.find(get.module.id); source != module_sources_.end()) {
+    values_[get.id] = KCORAL_PY_CHECK(PyObject_CallMethod(
+        context_.support, "cuda_source", "Os#", module, get.name.data(),
+        static_cast<Py_ssize_t>(get.name.size())));
+    return;
+  }
+  if (!PyModule_Check(module)) {
+    try {
+      values_[get.id] = context_.device.library_function(module, get.name);
+    } catch (const PythonException& e) {
+      throw failure_from(e, ErrorKind::compile);
+    }
+    return;
+  }
+  PyObject* function = PyObject_GetAttrString(module, get.name.c_str());
+  if (function == nullptr) {
+    PyErr_Clear();
+    throw InstructionFailure{ErrorKind::parse, "the module uploaded as '" + get.module.id +
+                                                   "' defines no name '" + get.name + "'", ""};
+  }
+  values_[get.id] = PyRef::steal(function);
+}
+
+void ProgramRun::execute(const Run& run) {
+  PyObject* function = value(run.fn);
+  if (!PyCallable_Check(function))
+    throw InstructionFailure{ErrorKind::runtime, "'" + run.fn.id + "' is not callable (it is a " +
+                                                     Py_TYPE(function)->tp_name + ")", ""};
+  PyRef json = KCORAL_PY_CHECK(PyImport_ImportModule("json"));
+  PyRef args = KCORAL_PY_CHECK(PyTuple_New(static_cast<Py_ssize_t>(run.args.size())));
+  for (std::size_t i = 0; i < run.args.size(); ++i) {
+    PyRef arg = std::holds_alternative<Ref>(run.args[i])
+                    ? PyRef::borrow(value(std::get<Ref>(run.args[i])))
+                    : KCORAL_PY_CHECK(PyObject_CallMethod(json.get(), "loads", "s",
+                                                          std::get<JsonLiteral>(run.args[i]).json.c_str()));
+    PyTuple_SET_ITEM(args.get(), static_cast<Py_ssize_t>(i), arg.release());
+  }
+  PyObject* result = PyObject_Call(function, args.get(), nullptr);
+  if (result == nullptr) {
+    python::PythonError error = python::fetch_python_error();
+    // An assert in the uploaded code (or torch.testing.assert_close) is a failed check.
+    throw InstructionFailure{error.is_assertion ? ErrorKind::correctness : ErrorKind::runtime,
+                             error.summary(), error.traceback};
+  }
+  values_[run.id] = PyRef::steal(result);
+}
+
+void ProgramRun::execute(const ReturnValue& ret) {
+  PyRef encoded;
+  try {
+    encoded = KCORAL_PY_CHECK(PyObject_CallMethod(
+        context_.support, "encode_value", "Os#nK", value(ret.value), ret.key.data(),
+        static_cast<Py_ssize_t>(ret.key.size()), static_cast<Py_ssize_t>(parts_.size()),
+        static_cast<unsigned long long>(options_.max_binary_bytes - binary_bytes_)));
+  } catch (const PythonException& e) {
+    bool ours = e.error().type_name == "_kcoral_executor.SerializationError";
+    throw InstructionFailure{ErrorKind::serialization, ours ? e.error().message : e.error().summary(),
+                             ours ? "" : e.error().traceback};
+  }
+  PyObject* text = PyTuple_GetItem(encoded.get(), 0);
+  PyObject* binaries = PyTuple_GetItem(encoded.get(), 1);
+  for (Py_ssize_t i = 0; i < PyList_Size(binaries); ++i) {
+    Py_buffer view;
+    KCORAL_PY_CHECK(PyObject_GetBuffer(PyList_GetItem(binaries, i), &view, PyBUF_C_CONTIGUOUS));
+    add_binary_part({static_cast<const char*>(view.buf), static_cast<std::size_t>(view.len)});
+    PyBuffer_Release(&view);
+  }
+  results_.emplace_back(ret.key, std::string(PyBytes_AsString(text), PyBytes_Size(text)));
+}
+
+void ProgramRun::execute(const ReturnPath& ret) {
+  std::string raw;
+  if (const Ref* ref = std::get_if<Ref>(&ret.path)) {
+    PyObject* path = PyOS_FSPath(value(*ref));
+    if (path == nullptr || !PyUnicode_Check(path)) {
+      Py_XDECREF(path);
+      PyErr_Clear();
+      throw InstructionFailure{ErrorKind::serialization,
+                               "'" + ref->id + "' does not hold a path (a str or os.PathLike)", ""};
+    }
+    const char* utf8 = PyUnicode_AsUTF8(path);
+    if (utf8 == nullptr) PyErr_Clear();
+    raw = utf8 != nullptr ? utf8 : "";
+    Py_DECREF(path);
+  } else {
+    raw = std::get<std::string>(ret.path);
+  }
+  auto path = normalize_workspace_path(raw);
+  if (!path) throw InstructionFailure{ErrorKind::serialization, "cannot return '" + raw + "': " +
+                                                                    path.error().message, ""};
+  std::uint64_t budget = options_.max_binary_bytes - binary_bytes_;
+  auto file_node = [this](std::string_view data) {
+    Json node{{"type", "file"}, {"size", data.size()}, {"part", "return:" + std::to_string(parts_.size())},
+              {"sha256", sha256_hex(data)}};
+    add_binary_part(data);
+    return node;
+  };
+  if (ret.kind == PathKind::file) {
+    auto file = workspace_->read_file(*path, budget);
+    if (!file) throw InstructionFailure{file.error().kind, file.error().message, ""};
+    results_.emplace_back(ret.key, file_node(file->data).dump());
+    return;
+  }
+  auto folder = workspace_->read_folder(*path, budget);
+  if (!folder) throw InstructionFailure{folder.error().kind, folder.error().message, ""};
+  Json files = Json::object();
+  for (const auto& [relative, data] : folder->files) files[relative] = file_node(data);
+  Json node{{"type", "folder"}, {"files", std::move(files)}, {"directories", folder->directories}};
+  results_.emplace_back(ret.key, node.dump(-1, ' ', false, Json::error_handler_t::replace));
+}
+
+void ProgramRun::add_binary_part(std::string_view data) {
+  auto blob = Blob::copy_of(data);
+  if (!blob) throw InstructionFailure{ErrorKind::engine, blob.error().message, ""};
+  binary_bytes_ += data.size();
+  parts_.push_back(std::move(*blob));
+}
+
+const Blob& ProgramRun::blob(const std::string& digest) const {
+  auto it = blobs_.find(digest);
+  if (it == blobs_.end())
+    throw InstructionFailure{ErrorKind::engine, "blob " + digest + " was not delivered to the executor", ""};
+  return it->second;
+}
+
+PyObject* ProgramRun::value(const Ref& ref) const {
+  auto it = values_.find(ref.id);
+  if (it == values_.end())
+    throw InstructionFailure{ErrorKind::runtime, "'" + ref.id + "' has no value (an anonymous file "
+                                                                "upload?)", ""};
+  return it->second.get();
+}
+
+void ProgramRun::fail(std::size_t index, ErrorKind kind, std::string message, std::string traceback) {
+  InstructionError error;
+  error.kind = kind;
+  error.message = std::move(message);
+  error.instruction_index = index;
+  if (index < program_.instructions().size()) {
+    const Instruction& instruction = program_.instructions()[index];
+    error.instruction_op = op_name(instruction);
+    if (auto id = instruction_id(instruction)) error.instruction_id = std::string(*id);
+  } else {
+    error.instruction_op = "upload";
+  }
+  error.traceback = tail(std::move(traceback), kTracebackBytes);
+  result_.error = std::move(error);
+}
+
+std::string ProgramRun::decode_output(const std::string& bytes) const {
+  PyRef text = PyRef::steal(
+      PyUnicode_DecodeUTF8(bytes.data(), static_cast<Py_ssize_t>(bytes.size()), "replace"));
+  const char* utf8 = text ? PyUnicode_AsUTF8(text.get()) : nullptr;
+  if (utf8 == nullptr) {
+    PyErr_Clear();
+    return {};
+  }
+  return utf8;
+}
+
+}  // namespace kcoral

@@ -1,0 +1,78 @@
+// ProgramRun: the state of one program while the executor runs it.
+//
+// Holds the values instructions make (by id), the returned results and their binary
+// parts, the workspace and the output capture, and decides lease placement before each
+// instruction. Lives for one Executor::run call, with the GIL held throughout.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include "device.hpp"
+#include "kcoral/executor.hpp"
+#include "python/py_ref.hpp"
+#include "workspace.hpp"
+
+namespace kcoral {
+
+// What a ProgramRun borrows from its Executor.
+struct ExecutionContext {
+  PyObject* support;  // the _kcoral_executor helper module
+  Device& device;
+  const std::string& work_root;
+  std::uint64_t& modules_loaded;  // for unique module names across runs
+};
+
+class ProgramRun {
+ public:
+  ProgramRun(ExecutionContext context, const Program& program, const BlobMap& blobs,
+             GpuLease& lease, const RunOptions& options);
+  ProgramRun(const ProgramRun&) = delete;
+  ProgramRun& operator=(const ProgramRun&) = delete;
+
+  [[nodiscard]] ProgramResult execute();
+
+ private:
+  void run_instructions();
+  void place_lease(const Instruction& instruction);
+  void drop_lease();
+  void clean_up();
+
+  void execute(const Upload& upload);
+  void execute(const GetFunction& get);
+  void execute(const Run& run);
+  void execute(const ReturnValue& ret);
+  void execute(const ReturnPath& ret);
+
+  python::PyRef load_module(const Upload& upload);
+  const Blob& blob(const std::string& digest) const;
+  PyObject* value(const Ref& ref) const;
+  void fail(std::size_t index, ErrorKind kind, std::string message, std::string traceback);
+  void add_binary_part(std::string_view data);
+  std::string decode_output(const std::string& bytes) const;
+
+  ExecutionContext context_;
+  const Program& program_;
+  const BlobMap& blobs_;
+  GpuLease& lease_;
+  const RunOptions& options_;
+
+  std::optional<Workspace> workspace_;
+  std::unordered_map<std::string, python::PyRef> values_;
+  std::unordered_map<std::string, std::string> module_sources_;  // cuda uploads: id -> text
+  std::unordered_set<std::string> cpu_only_functions_;
+  std::vector<std::string> registered_modules_;  // sys.modules names to drop afterwards
+  std::vector<std::pair<std::string, std::string>> results_;  // key -> JSON text
+  std::vector<Blob> parts_;
+  std::uint64_t binary_bytes_ = 0;
+  std::size_t current_ = 0;
+  ProgramResult result_;
+};
+
+}  // namespace kcoral

@@ -1,0 +1,195 @@
+"""Python-side helpers of the kcoral executor.
+
+The C++ executor drives a program; what is about Python objects themselves lives here,
+where it reads best: loading an uploaded module, making and exporting tensors, and
+encoding a returned value as the typed value tree of the protocol. The file is embedded
+into libkcoral at build time and imported as the private module ``_kcoral_executor``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+import math
+import platform
+import sys
+import types
+
+_ITEM_SIZES = {
+    "bool": 1, "uint8": 1, "int8": 1, "float8_e4m3fn": 1, "float8_e5m2": 1,
+    "int16": 2, "float16": 2, "bfloat16": 2,
+    "int32": 4, "float32": 4, "int64": 8, "float64": 8,
+}
+_EXTENDED_DTYPES = ("bfloat16", "float8_e4m3fn", "float8_e5m2")
+_MAX_DEPTH = 256
+
+
+class SerializationError(Exception):
+    """A returned value the protocol cannot carry."""
+
+
+def load_module(name: str, path: str, source: str) -> types.ModuleType:
+    """Execute uploaded source as a real module, registered in sys.modules.
+
+    The source also lives at ``path``, so tracebacks, ``inspect.getsource`` (which kernel
+    DSLs read their functions through) and pickling all work as for an imported module.
+    """
+    module = types.ModuleType(name)
+    module.__file__ = path
+    sys.modules[name] = module
+    exec(compile(source, path, "exec", dont_inherit=True), module.__dict__)
+    return module
+
+
+def cuda_source(source: str, name: str) -> types.SimpleNamespace:
+    """The value of get_function on a CUDA C upload, for uploaded compiler code."""
+    return types.SimpleNamespace(source=source, name=name)
+
+
+def _numpy_dtype(name: str):
+    import numpy
+
+    if name in _EXTENDED_DTYPES:
+        try:
+            import ml_dtypes
+        except ImportError:
+            raise LookupError(
+                f"{name} tensors need the ml_dtypes package in the worker environment"
+            ) from None
+        return numpy.dtype(getattr(ml_dtypes, name))
+    return numpy.dtype(name).newbyteorder("<")
+
+
+def make_tensor(buffer, dtype: str, shape: list[int]):
+    """A writable numpy array over ``buffer`` (a private copy-on-write mapping)."""
+    import numpy
+
+    if buffer is None:
+        return numpy.zeros(shape, dtype=_numpy_dtype(dtype))
+    return numpy.frombuffer(buffer, dtype=_numpy_dtype(dtype)).reshape(shape)
+
+
+def _export_tensor(value):
+    """(dtype, shape, byte view) for a numpy array or torch tensor, else None."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(value, torch.Tensor):
+        tensor = value.detach().to("cpu").contiguous()
+        dtype = str(tensor.dtype).removeprefix("torch.")
+        if dtype not in _ITEM_SIZES:
+            raise SerializationError(f"cannot return a torch tensor of dtype {dtype}")
+        shape = [int(extent) for extent in tensor.shape]
+        return dtype, shape, memoryview(tensor.reshape(-1).view(torch.uint8).numpy())
+    numpy = sys.modules.get("numpy")
+    if numpy is not None and isinstance(value, numpy.ndarray):
+        dtype = value.dtype.name
+        if dtype not in _ITEM_SIZES or value.dtype.hasobject:
+            raise SerializationError(f"cannot return a numpy array of dtype {value.dtype}")
+        array = numpy.ascontiguousarray(value)
+        if array.dtype.byteorder == ">":
+            array = array.astype(array.dtype.newbyteorder("<"))
+        shape = [int(extent) for extent in array.shape]
+        return dtype, shape, memoryview(array.reshape(-1).view(numpy.uint8))
+    return None
+
+
+class _Encoder:
+    def __init__(self, first_part: int, budget_bytes: int) -> None:
+        self.next_part = first_part
+        self.budget_bytes = budget_bytes
+        self.parts: list[memoryview] = []
+        self._active: set[int] = set()
+
+    def binary(self, kind: str, data: memoryview, where: str) -> dict:
+        if data.nbytes > self.budget_bytes:
+            raise SerializationError(
+                f"{where}: returning {data.nbytes} more bytes would exceed the server's "
+                "response limit"
+            )
+        self.budget_bytes -= data.nbytes
+        self.parts.append(data)
+        node = {"type": kind, "part": f"return:{self.next_part}",
+                "sha256": hashlib.sha256(data).hexdigest()}
+        self.next_part += 1
+        return node
+
+    def encode(self, value, where: str, depth: int = 0) -> dict:
+        if depth > _MAX_DEPTH:
+            raise SerializationError(f"{where}: nested deeper than {_MAX_DEPTH} levels")
+        if value is None:
+            return {"type": "null"}
+        if isinstance(value, bool):
+            return {"type": "boolean", "value": bool(value)}
+        if isinstance(value, int):
+            return {"type": "integer", "value": int(value)}
+        if isinstance(value, float):
+            if not math.isfinite(value):
+                raise SerializationError(f"{where}: cannot return the non-finite number {value}")
+            return {"type": "number", "value": float(value)}
+        if isinstance(value, str):
+            return {"type": "string", "value": str(value)}
+        if isinstance(value, (bytes, bytearray, memoryview)):
+            view = memoryview(value)
+            data = view.cast("B") if view.c_contiguous else memoryview(view.tobytes())
+            return self.binary("bytes", data, where)
+        if isinstance(value, (list, tuple, dict)):
+            return self._container(value, where, depth)
+        tensor = _export_tensor(value)
+        if tensor is not None:
+            dtype, shape, data = tensor
+            node = self.binary("tensor", data, where)
+            return {"type": "tensor", "dtype": dtype, "shape": shape,
+                    "part": node["part"], "sha256": node["sha256"]}
+        numpy = sys.modules.get("numpy")
+        if numpy is not None and isinstance(value, numpy.generic) and value.dtype.kind in "biuf":
+            # A numpy scalar (np.int64(3), np.float32(0.5)) is returned as the number it is.
+            return self.encode(value.item(), where, depth)
+        raise SerializationError(
+            f"{where}: cannot return a value of type {type(value).__module__}."
+            f"{type(value).__qualname__}"
+        )
+
+    def _container(self, value, where: str, depth: int) -> dict:
+        if id(value) in self._active:
+            raise SerializationError(f"{where}: the value contains itself")
+        self._active.add(id(value))
+        try:
+            if isinstance(value, dict):
+                for key in value:
+                    if not isinstance(key, str):
+                        raise SerializationError(
+                            f"{where}: returned dicts need string keys, not {type(key).__name__}"
+                        )
+                return {"type": "object", "value": {
+                    key: self.encode(child, f"{where}[{key!r}]", depth + 1)
+                    for key, child in value.items()}}
+            return {"type": "array", "value": [
+                self.encode(child, f"{where}[{index}]", depth + 1)
+                for index, child in enumerate(value)]}
+        finally:
+            self._active.discard(id(value))
+
+
+def encode_value(value, key: str, first_part: int, budget_bytes: int):
+    """Encode a returned value: (JSON text of its tree, binary parts in depth-first order)."""
+    encoder = _Encoder(first_part, budget_bytes)
+    tree = encoder.encode(value, f"return {key!r}")
+    text = json.dumps(tree, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    return text.encode("utf-8", "replace"), encoder.parts
+
+
+_DISTRIBUTIONS = {
+    "torch": "torch", "triton": "triton", "tvm": "apache-tvm", "tvm_ffi": "apache-tvm-ffi",
+    "cutlass": "nvidia-cutlass-dsl", "numpy": "numpy", "kcoral": "kcoral",
+}
+
+
+def versions() -> dict[str, str]:
+    """What is installed in this environment, read without importing any of it."""
+    found = {"python": platform.python_version()}
+    for name, distribution in _DISTRIBUTIONS.items():
+        try:
+            found[name] = importlib.metadata.version(distribution)
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    return found

@@ -1,0 +1,39 @@
+// CPython start-up for embedding executables (the worker, C++ tests and examples).
+#include "interpreter.hpp"
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <cstdlib>
+#include <mutex>
+
+namespace kcoral::python {
+
+Status ensure_interpreter(const std::string& python_executable) {
+  static std::mutex mutex;
+  std::lock_guard lock(mutex);
+  if (Py_IsInitialized()) return {};
+
+  std::string executable = python_executable;
+  if (executable.empty()) {
+    const char* from_env = std::getenv("KCORAL_PYTHON");
+    executable = from_env != nullptr && *from_env != '\0' ? from_env : KCORAL_DEFAULT_PYTHON;
+  }
+  PyConfig config;
+  PyConfig_InitPythonConfig(&config);
+  // The host program owns its signals: a worker must die on SIGTERM, not raise
+  // KeyboardInterrupt inside user code.
+  config.install_signal_handlers = 0;
+  config.parse_argv = 0;
+  PyStatus status = PyConfig_SetBytesString(&config, &config.program_name, executable.c_str());
+  if (!PyStatus_Exception(status)) status = Py_InitializeFromConfig(&config);
+  PyConfig_Clear(&config);
+  if (PyStatus_Exception(status)) {
+    return fail(ErrorKind::engine, std::string("cannot start Python (") + executable + "): " +
+                                       (status.err_msg != nullptr ? status.err_msg : "unknown error"));
+  }
+  PyEval_SaveThread();
+  return {};
+}
+
+}  // namespace kcoral::python

@@ -1,0 +1,59 @@
+// Requests: multipart parts to a validated Program and its verified blobs.
+#include <unordered_set>
+
+#include "kcoral/codec.hpp"
+#include "kcoral/sha256.hpp"
+
+namespace kcoral {
+
+Result<ExecuteRequest> parse_execute_request(std::string_view content_type, std::string_view body,
+                                             const RequestLimits& limits) {
+  auto parts = parse_multipart(content_type, body, limits.multipart);
+  if (!parts) return std::unexpected(parts.error());
+
+  const MultipartPart* program_part = nullptr;
+  std::vector<std::pair<std::string, const MultipartPart*>> blob_parts;
+  std::unordered_set<std::string_view> seen;
+  for (const MultipartPart& part : *parts) {
+    if (part.name == "program") {
+      if (program_part != nullptr) return fail(ErrorKind::parse, "the request has two 'program' parts");
+      if (part.content_type != "application/json")
+        return fail(ErrorKind::parse, "the 'program' part must be application/json");
+      program_part = &part;
+      continue;
+    }
+    if (!part.name.starts_with("blob:"))
+      return fail(ErrorKind::parse, "unexpected multipart part '" + part.name.substr(0, 80) +
+                                        "' (expected 'program' or 'blob:<sha256>')");
+    std::string digest = part.name.substr(5);
+    if (!is_sha256_hex(digest))
+      return fail(ErrorKind::parse, "malformed blob part name '" + part.name.substr(0, 80) +
+                                        "': expected blob:<64 lowercase hex digits>");
+    if (!seen.insert(std::string_view(part.name).substr(5)).second)
+      return fail(ErrorKind::parse, "the request has two parts for blob " + digest);
+    if (part.content_type != "application/octet-stream")
+      return fail(ErrorKind::parse, "blob part " + digest + " must be application/octet-stream");
+    blob_parts.emplace_back(std::move(digest), &part);
+  }
+  if (program_part == nullptr) return fail(ErrorKind::parse, "the request has no 'program' part");
+
+  auto program = Program::parse(program_part->data, limits.program);
+  if (!program) return std::unexpected(program.error());
+
+  std::unordered_set<std::string_view> referenced(program->blobs().begin(), program->blobs().end());
+  ExecuteRequest request{std::move(*program), {}};
+  for (auto& [digest, part] : blob_parts) {
+    if (!referenced.contains(digest))
+      return fail(ErrorKind::parse, "blob " + digest + " is not referenced by any instruction");
+    std::string actual = sha256_hex(part->data);
+    if (actual != digest)
+      return fail(ErrorKind::parse, "blob part " + digest + " does not match its content (SHA-256 " +
+                                        actual + ")");
+    auto blob = Blob::copy_of(part->data);
+    if (!blob) return std::unexpected(blob.error());
+    request.blobs.emplace(std::move(digest), std::move(*blob));
+  }
+  return request;
+}
+
+}  // namespace kcoral

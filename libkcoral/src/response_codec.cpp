@@ -1,0 +1,84 @@
+// Responses: COMPLETED/FAILED programs, CACHE_MISS, and errors outside a program.
+#include <nlohmann/json.hpp>
+
+#include "kcoral/codec.hpp"
+
+namespace kcoral {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+std::string dump(const Json& value) {
+  // Captured output is decoded leniently upstream; replacing here too means no text can
+  // make serialization throw.
+  return value.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
+Json error_object(const InstructionError& error) {
+  Json out{{"kind", to_wire(error.kind)},
+           {"message", error.message},
+           {"instruction_index", error.instruction_index},
+           {"instruction_op", error.instruction_op},
+           {"instruction_id", error.instruction_id ? Json(*error.instruction_id) : Json(nullptr)},
+           {"traceback", error.traceback}};
+  if (error.kind == ErrorKind::gpu_access) {
+    const GpuAccessDetail detail = error.gpu_access.value_or(GpuAccessDetail{});
+    out["cuda_call"] = detail.cuda_call;
+    out["location"] = detail.location;
+    out["interfered_request_id"] =
+        detail.interfered_request_id ? Json(*detail.interfered_request_id) : Json(nullptr);
+  }
+  return out;
+}
+
+EncodedResponse json_response(int status, const Json& body) {
+  return {status, "application/json", dump(body)};
+}
+
+}  // namespace
+
+EncodedResponse encode_program_response(std::string_view request_id, const ProgramResult& result,
+                                        const ResponseTimings& timings) {
+  Json head{{"status", result.completed() ? "COMPLETED" : "FAILED"},
+            {"request_id", request_id},
+            {"queue_ms", timings.queue_ms},
+            {"elapsed_ms", timings.elapsed_ms},
+            {"lease_wait_ms", timings.lease_wait_ms},
+            {"lease_held_ms", timings.lease_held_ms}};
+  Json tail{{"stdout", result.stdout_output.text},
+            {"stderr", result.stderr_output.text},
+            {"stdout_truncated", result.stdout_output.truncated},
+            {"stderr_truncated", result.stderr_output.truncated}};
+  if (result.error) tail["error"] = error_object(*result.error);
+  // `results_json` is spliced in as the executor wrote it: Python's own JSON encoder made
+  // it, and integers wider than 64 bits must reach the client exactly.
+  std::string json = dump(head);
+  json.pop_back();
+  json.append(",\"results\":").append(result.results_json).append(",");
+  json.append(std::string_view(dump(tail)).substr(1));
+
+  if (result.parts.empty()) return {200, "application/json", std::move(json)};
+  std::vector<std::string> names;
+  names.reserve(result.parts.size());
+  std::vector<OutgoingPart> parts{{"result", "application/json", json}};
+  for (std::size_t i = 0; i < result.parts.size(); ++i) names.push_back("return:" + std::to_string(i));
+  for (std::size_t i = 0; i < result.parts.size(); ++i)
+    parts.push_back({names[i], "application/octet-stream", result.parts[i].view()});
+  EncodedMultipart multipart = encode_multipart(parts);
+  return {200, std::move(multipart.content_type), std::move(multipart.body)};
+}
+
+EncodedResponse encode_cache_miss(std::string_view request_id,
+                                  const std::vector<std::string>& missing) {
+  return json_response(
+      200, Json{{"status", "CACHE_MISS"}, {"request_id", request_id}, {"missing_blobs", missing}});
+}
+
+EncodedResponse encode_error(std::string_view request_id, const Error& error) {
+  return json_response(http_status(error.kind),
+                       Json{{"status", "ERROR"},
+                            {"request_id", request_id},
+                            {"error", {{"kind", to_wire(error.kind)}, {"message", error.message}}}});
+}
+
+}  // namespace kcoral
