@@ -42,11 +42,17 @@ std::string default_work_root() {
 
 Executor::Executor(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Executor::~Executor() {
-  if (impl_ && Py_IsInitialized()) {
-    python::Gil gil;
-    impl_->device.reset();
-    impl_->support = PyRef();
+  if (!impl_) return;
+  if (!Py_IsInitialized()) {
+    // The interpreter is gone (process exit): its objects went with it, so our
+    // references must not be released into it.
+    (void)impl_->support.release();
+    (void)impl_->device.release();
+    return;
   }
+  python::Gil gil;
+  impl_->device.reset();
+  impl_->support = PyRef();
 }
 
 Result<std::unique_ptr<Executor>> Executor::create(ExecutorOptions options) {
@@ -59,6 +65,11 @@ Result<std::unique_ptr<Executor>> Executor::create(ExecutorOptions options) {
   try {
     impl->support = import_support();
     impl->device = make_cpu_device(impl->support.get());
+    // Best effort: a module that is not installed fails the programs that use it, later.
+    for (const std::string& name : impl->options.preload_modules) {
+      PyRef module = PyRef::steal(PyImport_ImportModule(name.c_str()));
+      if (!module) PyErr_Clear();
+    }
   } catch (const python::PythonException& e) {
     return fail(ErrorKind::engine, std::string("cannot prepare the executor: ") + e.what());
   }
@@ -68,7 +79,8 @@ Result<std::unique_ptr<Executor>> Executor::create(ExecutorOptions options) {
 ProgramResult Executor::run(const Program& program, const BlobMap& blobs, GpuLease& lease,
                             const RunOptions& options) {
   python::Gil gil;
-  ExecutionContext context{impl_->support.get(), *impl_->device, impl_->options.work_root,
+  ExecutionContext context{impl_->support.get(), *impl_->device,
+                           options.work_root.empty() ? impl_->options.work_root : options.work_root,
                            impl_->modules_loaded};
   return ProgramRun(context, program, blobs, lease, options).execute();
 }

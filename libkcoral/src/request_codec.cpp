@@ -41,7 +41,7 @@ Result<ExecuteRequest> parse_execute_request(std::string_view content_type, std:
   if (!program) return std::unexpected(program.error());
 
   std::unordered_set<std::string_view> referenced(program->blobs().begin(), program->blobs().end());
-  ExecuteRequest request{std::move(*program), {}};
+  ExecuteRequest request{std::move(*program), std::string(program_part->data), {}};
   for (auto& [digest, part] : blob_parts) {
     if (!referenced.contains(digest))
       return fail(ErrorKind::parse, "blob " + digest + " is not referenced by any instruction");

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "kcoral/error.hpp"
+#include "kcoral/remove_tree.hpp"
 #include "kcoral/unique_fd.hpp"
 
 namespace kcoral {
@@ -51,9 +52,5 @@ class Workspace {
   std::string work_dir_;
   std::string modules_dir_;
 };
-
-// Removes a directory tree without following symbolic links, restoring owner permissions
-// where a program took them away. Best effort.
-void remove_tree(const std::string& path);
 
 }  // namespace kcoral

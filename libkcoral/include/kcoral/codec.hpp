@@ -27,6 +27,7 @@ struct RequestLimits {
 
 struct ExecuteRequest {
   Program program;
+  std::string program_json;  // the `program` part as received
   BlobMap blobs;  // the blobs the request carried, verified; possibly fewer than referenced
 };
 

@@ -3,7 +3,8 @@
 // One table (error.cpp) maps every kind to its wire string and, for errors outside a
 // program, to its HTTP status. Program failures (`parse` … `engine`) travel inside a
 // 200 FAILED response; request failures (`request_too_large`, `busy`, `timeout`,
-// `response_too_large`, and `parse`/`engine` outside a program) are HTTP errors.
+// `response_too_large`, and `parse`/`engine` outside a program) are HTTP errors, as are
+// the routing errors `not_found` and `method_not_allowed`.
 #pragma once
 
 #include <expected>
@@ -28,6 +29,8 @@ enum class ErrorKind {
   busy,
   timeout,
   response_too_large,
+  not_found,
+  method_not_allowed,
 };
 
 inline constexpr ErrorKind kAllErrorKinds[] = {
@@ -35,6 +38,7 @@ inline constexpr ErrorKind kAllErrorKinds[] = {
     ErrorKind::gpu_access,     ErrorKind::correctness,   ErrorKind::serialization,
     ErrorKind::unavailable,    ErrorKind::engine,        ErrorKind::request_too_large,
     ErrorKind::busy,           ErrorKind::timeout,       ErrorKind::response_too_large,
+    ErrorKind::not_found,      ErrorKind::method_not_allowed,
 };
 
 [[nodiscard]] std::string_view to_wire(ErrorKind kind);

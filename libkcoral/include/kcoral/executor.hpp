@@ -18,6 +18,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "kcoral/blob_store.hpp"
 #include "kcoral/error.hpp"
@@ -33,6 +34,9 @@ struct ExecutorOptions {
   std::string python_executable;
   // Where per-program working directories are made; empty: $TMPDIR, else /tmp.
   std::string work_root;
+  // Modules imported once when the executor is made, so programs do not pay for them
+  // (a worker parent imports numpy, or torch, before it forks per-program children).
+  std::vector<std::string> preload_modules;
 };
 
 struct RunOptions {
@@ -40,6 +44,8 @@ struct RunOptions {
   std::uint64_t max_binary_bytes = 256u << 20;  // all returned binary data together
   // Called before each instruction with its index (the server attributes crashes by it).
   std::function<void(std::size_t)> on_instruction;
+  // Overrides ExecutorOptions::work_root for this run.
+  std::string work_root;
 };
 
 class Executor {

@@ -1,0 +1,140 @@
+// Channel over SOCK_SEQPACKET with SCM_RIGHTS; long texts spill into a memfd.
+#include "channel.hpp"
+
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace kcoral {
+namespace {
+
+constexpr std::size_t kInlineBytes = 48 * 1024;  // below the default socket buffer
+constexpr char kInline = 'I';
+constexpr char kSpilled = 'F';
+
+std::unexpected<Error> system_error(const char* what) {
+  return fail(ErrorKind::engine, std::string(what) + ": " + std::strerror(errno));
+}
+
+Result<UniqueFd> spill(std::string_view text) {
+  UniqueFd fd(::memfd_create("kcoral-message", MFD_CLOEXEC));
+  if (!fd) return system_error("memfd_create");
+  while (!text.empty()) {
+    ssize_t n = ::write(fd.get(), text.data(), text.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return system_error("writing a message");
+    text.remove_prefix(static_cast<std::size_t>(n));
+  }
+  return fd;
+}
+
+Result<std::string> unspill(int fd) {
+  struct stat info {};
+  if (::fstat(fd, &info) != 0) return system_error("fstat on a message");
+  std::string text(static_cast<std::size_t>(info.st_size), '\0');
+  std::size_t done = 0;
+  while (done < text.size()) {
+    ssize_t n = ::pread(fd, text.data() + done, text.size() - done, static_cast<off_t>(done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return system_error("reading a message");
+    done += static_cast<std::size_t>(n);
+  }
+  return text;
+}
+
+}  // namespace
+
+Result<std::pair<UniqueFd, UniqueFd>> Channel::socket_pair() {
+  int fds[2];
+  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, fds) != 0) return system_error("socketpair");
+  return std::pair{UniqueFd(fds[0]), UniqueFd(fds[1])};
+}
+
+Status Channel::send(std::string_view json, const std::vector<int>& fds) const {
+  if (fds.size() + 1 > kMaxFds) return fail(ErrorKind::engine, "too many descriptors in one message");
+  std::string frame(1, kInline);
+  std::vector<int> all;
+  UniqueFd spilled;
+  if (json.size() > kInlineBytes) {
+    auto memfd = spill(json);
+    if (!memfd) return std::unexpected(memfd.error());
+    spilled = std::move(*memfd);
+    frame[0] = kSpilled;
+    all.push_back(spilled.get());
+  } else {
+    frame.append(json);
+  }
+  all.insert(all.end(), fds.begin(), fds.end());
+
+  iovec io{frame.data(), frame.size()};
+  msghdr header{};
+  header.msg_iov = &io;
+  header.msg_iovlen = 1;
+  std::vector<char> control(CMSG_SPACE(sizeof(int) * all.size()));
+  if (!all.empty()) {
+    header.msg_control = control.data();
+    header.msg_controllen = control.size();
+    cmsghdr* cmsg = CMSG_FIRSTHDR(&header);
+    cmsg->cmsg_level = SOL_SOCKET;
+    cmsg->cmsg_type = SCM_RIGHTS;
+    cmsg->cmsg_len = CMSG_LEN(sizeof(int) * all.size());
+    std::memcpy(CMSG_DATA(cmsg), all.data(), sizeof(int) * all.size());
+  }
+  while (true) {
+    if (::sendmsg(socket_.get(), &header, MSG_NOSIGNAL) >= 0) return {};
+    if (errno == EINTR) continue;
+    if (errno == EPIPE || errno == ECONNRESET) return fail(ErrorKind::engine, "closed");
+    return system_error("sendmsg");
+  }
+}
+
+Result<std::optional<Message>> Channel::receive() const {
+  std::string frame(kInlineBytes + 1, '\0');
+  std::vector<char> control(CMSG_SPACE(sizeof(int) * (kMaxFds + 1)));
+  iovec io{frame.data(), frame.size()};
+  msghdr header{};
+  header.msg_iov = &io;
+  header.msg_iovlen = 1;
+  header.msg_control = control.data();
+  header.msg_controllen = control.size();
+  ssize_t n;
+  do {
+    n = ::recvmsg(socket_.get(), &header, MSG_CMSG_CLOEXEC);
+  } while (n < 0 && errno == EINTR);
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return std::optional<Message>();
+  if (n < 0 && errno == ECONNRESET) return fail(ErrorKind::engine, "closed");
+  if (n < 0) return system_error("recvmsg");
+  if (n == 0) return fail(ErrorKind::engine, "closed");
+
+  Message message;
+  for (cmsghdr* cmsg = CMSG_FIRSTHDR(&header); cmsg != nullptr; cmsg = CMSG_NXTHDR(&header, cmsg)) {
+    if (cmsg->cmsg_level != SOL_SOCKET || cmsg->cmsg_type != SCM_RIGHTS) continue;
+    std::size_t count = (cmsg->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (std::size_t i = 0; i < count; ++i) {
+      int fd;
+      std::memcpy(&fd, CMSG_DATA(cmsg) + i * sizeof(int), sizeof fd);
+      message.fds.emplace_back(fd);
+    }
+  }
+  if (header.msg_flags & (MSG_TRUNC | MSG_CTRUNC))
+    return fail(ErrorKind::engine, "a channel message was truncated");
+  frame.resize(static_cast<std::size_t>(n));
+  if (frame[0] == kSpilled) {
+    if (message.fds.empty()) return fail(ErrorKind::engine, "a spilled message came without its memfd");
+    auto text = unspill(message.fds.front().get());
+    if (!text) return std::unexpected(text.error());
+    message.json = std::move(*text);
+    message.fds.erase(message.fds.begin());
+  } else {
+    message.json = frame.substr(1);
+  }
+  return std::optional<Message>(std::move(message));
+}
+
+bool is_closed(const Error& error) { return error.message == "closed"; }
+
+}  // namespace kcoral

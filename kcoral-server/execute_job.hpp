@@ -1,0 +1,39 @@
+// ExecuteJob: one accepted POST /execute on its way through the worker pool.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "kcoral/blob_store.hpp"
+#include "kcoral/codec.hpp"
+#include "kcoral/program.hpp"
+#include "kcoral/program_result.hpp"
+
+namespace kcoral {
+
+// How a job ended: a program result (COMPLETED or FAILED), or a request error (busy,
+// timeout, engine) — with the times the front measured either way.
+struct JobOutcome {
+  Result<ProgramResult> result;
+  ResponseTimings timings;
+};
+
+struct ExecuteJob {
+  using Clock = std::chrono::steady_clock;
+
+  std::string request_id;
+  std::string program_json;  // as received; the worker parses it again
+  Program program;
+  BlobMap blobs;
+  BlobStore::Pin pin;  // keeps the blobs cached while the job lives
+  double timeout_seconds = 300;
+  std::uint64_t output_limit_bytes = 1u << 20;
+  std::uint64_t max_binary_bytes = 256u << 20;
+  Clock::time_point received = Clock::now();
+  // Called exactly once, on the pool's strand.
+  std::function<void(JobOutcome)> done;
+};
+
+}  // namespace kcoral

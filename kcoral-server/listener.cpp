@@ -1,0 +1,49 @@
+// Listener: the accept loop.
+#include "listener.hpp"
+
+#include <boost/asio/post.hpp>
+#include <boost/asio/strand.hpp>
+#include <cstdio>
+
+#include "http_session.hpp"
+
+namespace kcoral {
+
+Listener::Listener(boost::asio::io_context& io, ServerState& state)
+    : io_(io), acceptor_(boost::asio::make_strand(io)), state_(state) {}
+
+Result<std::uint16_t> Listener::open(const boost::asio::ip::tcp::endpoint& endpoint) {
+  boost::system::error_code ec;
+  acceptor_.open(endpoint.protocol(), ec);
+  if (!ec) acceptor_.set_option(boost::asio::socket_base::reuse_address(true), ec);
+  if (!ec) acceptor_.bind(endpoint, ec);
+  if (!ec) acceptor_.listen(boost::asio::socket_base::max_listen_connections, ec);
+  if (ec)
+    return fail(ErrorKind::engine, "cannot listen on " + endpoint.address().to_string() + ":" +
+                                       std::to_string(endpoint.port()) + ": " + ec.message());
+  return acceptor_.local_endpoint().port();
+}
+
+void Listener::run() { accept(); }
+
+void Listener::stop() {
+  boost::asio::post(acceptor_.get_executor(), [self = shared_from_this()] {
+    boost::system::error_code ec;
+    self->acceptor_.close(ec);
+  });
+}
+
+void Listener::accept() {
+  acceptor_.async_accept(boost::asio::make_strand(io_),
+                         [self = shared_from_this()](boost::system::error_code ec,
+                                                     boost::asio::ip::tcp::socket socket) {
+                           if (ec == boost::asio::error::operation_aborted) return;
+                           if (!ec) {
+                             socket.set_option(boost::asio::ip::tcp::no_delay(true), ec);
+                             std::make_shared<HttpSession>(std::move(socket), self->state_)->run();
+                           }
+                           if (self->acceptor_.is_open()) self->accept();
+                         });
+}
+
+}  // namespace kcoral

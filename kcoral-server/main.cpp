@@ -1,0 +1,66 @@
+// kcoral-server: the HTTP front of KCoral. See `kcoral-server --help`.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+
+#include "server.hpp"
+
+int main(int argc, char** argv) {
+  kcoral::ServerConfig config;
+  CLI::App app{
+      "kcoral-server: runs uploaded KCoral programs (POST /execute) in fresh worker processes and "
+      "answers with their results; GET /health and GET /metrics describe the server."};
+  app.get_formatter()->column_width(40);
+  app.add_option("--device", config.device, "Where programs run: cpu, or gpu (one worker set per GPU)")
+      ->check(CLI::IsMember({"cpu", "gpu"}))
+      ->capture_default_str();
+  app.add_option("--host", config.host, "Address to listen on")->capture_default_str();
+  app.add_option("--port", config.port, "Port to listen on; 0 picks a free one and prints it")
+      ->capture_default_str();
+  app.add_option("--num-workers", config.num_workers,
+                 "Programs run at once on a CPU server (each in its own process); 0 = one per core")
+      ->capture_default_str();
+  app.add_option("--default-timeout-seconds", config.default_timeout_seconds,
+                 "Execution limit of a program that asks for none")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--max-timeout-seconds", config.max_timeout_seconds,
+                 "Largest execution limit a program may ask for (larger requests are clamped)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--queue-timeout-seconds", config.queue_timeout_seconds,
+                 "How long an accepted program may wait for a free worker before 503 busy")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--max-request-bytes", config.max_request_bytes,
+                 "Largest request body; larger ones get 413")
+      ->capture_default_str();
+  app.add_option("--max-response-bytes", config.max_response_bytes,
+                 "Largest response body; a program returning more fails with 500 response_too_large")
+      ->capture_default_str();
+  app.add_option("--output-limit-bytes", config.default_output_limit_bytes,
+                 "Captured stdout/stderr kept per stream when a program asks for no limit")
+      ->capture_default_str();
+  app.add_option("--max-output-limit-bytes", config.max_output_limit_bytes,
+                 "Largest per-stream capture limit a program may ask for")
+      ->capture_default_str();
+  app.add_option("--blob-cache-bytes", config.blob_cache_bytes,
+                 "Memory for cached uploads (content-addressed, least recently used first)")
+      ->capture_default_str();
+  app.add_option("--io-threads", config.io_threads, "Threads serving HTTP; 0 = from the core count")
+      ->capture_default_str();
+  app.add_option("--work-root", config.work_root,
+                 "Directory for programs' working directories (default: $TMPDIR/kcoral-<pid>)");
+  app.add_option("--python", config.python,
+                 "Python executable whose environment the workers embed (default: the one installed "
+                 "beside kcoral-worker, else the build's)");
+  app.add_option("--worker", config.worker_path, "Path of kcoral-worker (default: beside this binary)");
+  CLI11_PARSE(app, argc, argv);
+  if (config.max_timeout_seconds < config.default_timeout_seconds)
+    config.default_timeout_seconds = config.max_timeout_seconds;
+  if (config.device == "gpu") {
+    std::fprintf(stderr, "kcoral-server: --device gpu needs a build with the GPU support of a later "
+                         "release of this server; use --device cpu\n");
+    return 2;
+  }
+  return kcoral::run_server(std::move(config));
+}

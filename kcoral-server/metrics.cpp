@@ -1,0 +1,53 @@
+// Metrics rendering (Prometheus text exposition format, version 0.0.4).
+#include "metrics.hpp"
+
+#include <sstream>
+
+namespace kcoral {
+
+void Metrics::record_execute(std::string_view outcome, double seconds) {
+  std::size_t index = kOutcomes.size() - 1;
+  for (std::size_t i = 0; i < kOutcomes.size(); ++i)
+    if (kOutcomes[i] == outcome) index = i;
+  outcomes_[index].fetch_add(1, std::memory_order_relaxed);
+  for (std::size_t i = 0; i < kBucketsSeconds.size(); ++i)
+    if (seconds <= kBucketsSeconds[i]) buckets_[i].fetch_add(1, std::memory_order_relaxed);
+  count_.fetch_add(1, std::memory_order_relaxed);
+  sum_microseconds_.fetch_add(static_cast<std::uint64_t>(seconds * 1e6), std::memory_order_relaxed);
+}
+
+std::string Metrics::render(const WorkerPool::Load& load, const BlobStore& blobs) const {
+  std::ostringstream out;
+  out << "# HELP kcoral_execute_requests_total POST /execute requests by outcome.\n"
+      << "# TYPE kcoral_execute_requests_total counter\n";
+  for (std::size_t i = 0; i < kOutcomes.size(); ++i)
+    out << "kcoral_execute_requests_total{outcome=\"" << kOutcomes[i] << "\"} " << outcomes_[i].load() << "\n";
+  out << "# HELP kcoral_other_requests_total Requests to other endpoints.\n"
+      << "# TYPE kcoral_other_requests_total counter\n"
+      << "kcoral_other_requests_total " << other_requests_.load() << "\n";
+  out << "# HELP kcoral_execute_duration_seconds Time from a request's arrival to its response.\n"
+      << "# TYPE kcoral_execute_duration_seconds histogram\n";
+  for (std::size_t i = 0; i < kBucketsSeconds.size(); ++i)
+    out << "kcoral_execute_duration_seconds_bucket{le=\"" << kBucketsSeconds[i] << "\"} " << buckets_[i].load() << "\n";
+  out << "kcoral_execute_duration_seconds_bucket{le=\"+Inf\"} " << count_.load() << "\n"
+      << "kcoral_execute_duration_seconds_sum " << static_cast<double>(sum_microseconds_.load()) / 1e6 << "\n"
+      << "kcoral_execute_duration_seconds_count " << count_.load() << "\n";
+  out << "# HELP kcoral_queue_depth Accepted programs waiting for a worker.\n"
+      << "# TYPE kcoral_queue_depth gauge\n"
+      << "kcoral_queue_depth " << load.waiting << "\n"
+      << "# HELP kcoral_workers_busy Workers running a program.\n"
+      << "# TYPE kcoral_workers_busy gauge\n"
+      << "kcoral_workers_busy " << load.running << "\n"
+      << "# HELP kcoral_workers_capacity Programs that can run at once.\n"
+      << "# TYPE kcoral_workers_capacity gauge\n"
+      << "kcoral_workers_capacity " << load.capacity << "\n"
+      << "# HELP kcoral_blob_cache_bytes Bytes held by the blob cache.\n"
+      << "# TYPE kcoral_blob_cache_bytes gauge\n"
+      << "kcoral_blob_cache_bytes " << blobs.size_bytes() << "\n"
+      << "# HELP kcoral_blob_cache_blobs Blobs held by the blob cache.\n"
+      << "# TYPE kcoral_blob_cache_blobs gauge\n"
+      << "kcoral_blob_cache_blobs " << blobs.count() << "\n";
+  return out.str();
+}
+
+}  // namespace kcoral

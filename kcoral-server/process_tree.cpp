@@ -1,0 +1,65 @@
+// Process trees through /proc/<pid>/stat and PR_SET_CHILD_SUBREAPER.
+#include "process_tree.hpp"
+
+#include <dirent.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <thread>
+
+namespace kcoral {
+namespace {
+
+// The parent pid from /proc/<pid>/stat; the command name in parentheses may hold spaces.
+pid_t parent_of(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  std::size_t close = text.rfind(')');
+  if (close == std::string::npos || close + 4 >= text.size()) return -1;
+  // After ") " come the state and then the parent pid.
+  return static_cast<pid_t>(std::strtol(text.c_str() + close + 4, nullptr, 10));
+}
+
+}  // namespace
+
+std::vector<pid_t> children_of(pid_t parent) {
+  std::vector<pid_t> children;
+  DIR* proc = ::opendir("/proc");
+  if (proc == nullptr) return children;
+  while (dirent* entry = ::readdir(proc)) {
+    char* end = nullptr;
+    long pid = std::strtol(entry->d_name, &end, 10);
+    if (end == entry->d_name || *end != '\0') continue;
+    if (parent_of(static_cast<pid_t>(pid)) == parent) children.push_back(static_cast<pid_t>(pid));
+  }
+  ::closedir(proc);
+  return children;
+}
+
+void become_subreaper() { ::prctl(PR_SET_CHILD_SUBREAPER, 1); }
+
+int kill_descendants(const std::vector<pid_t>& keep) {
+  int killed = 0;
+  const pid_t self = ::getpid();
+  for (int round = 0; round < 200; ++round) {
+    std::vector<pid_t> children = children_of(self);
+    std::erase_if(children, [&](pid_t pid) { return std::find(keep.begin(), keep.end(), pid) != keep.end(); });
+    if (children.empty()) break;
+    for (pid_t pid : children) {
+      ::kill(pid, SIGKILL);
+      ++killed;
+    }
+    // Reap them; their own children now belong to us and are found next round.
+    for (pid_t pid : children) ::waitpid(pid, nullptr, 0);
+  }
+  return killed;
+}
+
+}  // namespace kcoral

@@ -1,0 +1,162 @@
+// Routing of GET /health, GET /metrics and POST /execute.
+#include "router.hpp"
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+#include "kcoral/request_id.hpp"
+
+namespace kcoral {
+namespace {
+
+namespace http = boost::beast::http;
+using Json = nlohmann::ordered_json;
+using Clock = std::chrono::steady_clock;
+
+HttpResponse make_response(const EncodedResponse& encoded, const std::string& request_id,
+                           unsigned version, bool keep_alive) {
+  HttpResponse response{static_cast<http::status>(encoded.http_status), version};
+  response.set(http::field::server, "kcoral-server");
+  response.set(http::field::content_type, encoded.content_type);
+  if (!request_id.empty()) response.set("X-Request-ID", request_id);
+  if (encoded.http_status == 503) response.set(http::field::retry_after, "1");
+  response.body() = encoded.body;
+  response.keep_alive(keep_alive);
+  response.prepare_payload();
+  return response;
+}
+
+std::string request_id_of(const HttpRequest& request) {
+  auto [first, last] = request.equal_range("X-Request-ID");
+  if (first != last && std::next(first) == last) {
+    std::string value(first->value().data(), first->value().size());
+    if (is_canonical_request_id(value)) return value;
+  }
+  return new_request_id();
+}
+
+// The label an /execute response is counted under in the metrics.
+std::string_view outcome_label(int http_status, std::string_view body_status) {
+  switch (http_status) {
+    case 200: return body_status == "COMPLETED" ? "completed" : body_status == "FAILED" ? "failed" : "cache_miss";
+    case 400: return "rejected";
+    case 413: return "too_large";
+    case 503: return "busy";
+    case 504: return "timeout";
+    default: return "error";
+  }
+}
+
+HttpResponse health(const HttpRequest& request, ServerState& state, const std::string& request_id) {
+  WorkerPool::Load load = state.pool.load();
+  Json versions = Json::object();
+  for (const auto& [name, version] : state.pool.versions()) versions[name] = version;
+  Json body{{"status", state.stopping ? "unavailable" : "ok"},
+            {"instance_id", state.instance_id},
+            {"started_at", state.started_at},
+            {"gpu_count", state.gpu_count},
+            {"load", {{"request_capacity", load.capacity},
+                      {"requests_in_progress", load.running},
+                      {"requests_waiting", load.waiting}}},
+            {"target", Json::object()},
+            {"versions", std::move(versions)}};
+  return make_response({state.stopping ? 503 : 200, "application/json", body.dump()}, request_id,
+                       request.version(), request.keep_alive());
+}
+
+RouteResult execute(const HttpRequest& request, ServerState& state, std::string request_id) {
+  auto answer = [&](const EncodedResponse& encoded, std::string_view outcome) {
+    state.metrics.record_execute(outcome, 0);
+    return RouteResult{make_response(encoded, request_id, request.version(), request.keep_alive()), nullptr};
+  };
+  if (state.stopping)
+    return answer(encode_error(request_id, {ErrorKind::busy, "the server is shutting down"}), "busy");
+  Clock::time_point received = Clock::now();
+  auto content_type = request[http::field::content_type];
+  auto parsed = parse_execute_request({content_type.data(), content_type.size()}, request.body(), {});
+  if (!parsed) return answer(encode_error(request_id, parsed.error()), "rejected");
+  auto resolved = state.blobs.resolve(parsed->program, std::move(parsed->blobs));
+  if (!resolved) return answer(encode_error(request_id, resolved.error()), "rejected");
+  if (!resolved->missing.empty()) return answer(encode_cache_miss(request_id, resolved->missing), "cache_miss");
+
+  auto job = std::make_shared<ExecuteJob>();
+  const ProgramOptions& options = parsed->program.options();
+  job->request_id = std::move(request_id);
+  job->program_json = std::move(parsed->program_json);  // the worker parses it again
+  job->program = std::move(parsed->program);
+  job->blobs = std::move(resolved->blobs);
+  job->pin = std::move(resolved->pin);
+  job->timeout_seconds = std::min(options.timeout_seconds.value_or(state.config.default_timeout_seconds),
+                                  state.config.max_timeout_seconds);
+  job->output_limit_bytes = std::min(options.output_limit_bytes.value_or(state.config.default_output_limit_bytes),
+                                     state.config.max_output_limit_bytes);
+  job->max_binary_bytes = state.config.max_response_bytes;
+  job->received = received;
+  return {std::nullopt, std::move(job)};
+}
+
+}  // namespace
+
+RouteResult route(const HttpRequest& request, ServerState& state) {
+  std::string_view target(request.target().data(), request.target().size());
+  target = target.substr(0, target.find('?'));
+  unsigned version = request.version();
+  bool keep_alive = request.keep_alive() && !state.stopping;
+  std::string request_id = request_id_of(request);
+  auto method_not_allowed = [&](std::string_view allowed) {
+    HttpResponse response = error_response(
+        {ErrorKind::method_not_allowed, std::string(target) + " accepts " + std::string(allowed) + " only"},
+        version, keep_alive, request_id);
+    response.set(http::field::allow, std::string(allowed));
+    return RouteResult{std::move(response), nullptr};
+  };
+  if (target == "/execute") {
+    if (request.method() != http::verb::post) return method_not_allowed("POST");
+    return execute(request, state, std::move(request_id));
+  }
+  state.metrics.record_other_request();
+  if (target == "/health") {
+    if (request.method() != http::verb::get) return method_not_allowed("GET");
+    return {health(request, state, request_id), nullptr};
+  }
+  if (target == "/metrics") {
+    if (request.method() != http::verb::get) return method_not_allowed("GET");
+    return {make_response({200, "text/plain; version=0.0.4; charset=utf-8",
+                           state.metrics.render(state.pool.load(), state.blobs)},
+                          request_id, version, keep_alive),
+            nullptr};
+  }
+  return {error_response({ErrorKind::not_found, "no endpoint " + std::string(target) +
+                                                    " (POST /execute, GET /health, GET /metrics)"},
+                         version, keep_alive, request_id),
+          nullptr};
+}
+
+HttpResponse finish_execute(const ExecuteJob& job, JobOutcome outcome, ServerState& state,
+                            unsigned http_version, bool keep_alive) {
+  EncodedResponse encoded;
+  std::string_view body_status;
+  if (outcome.result) {
+    encoded = encode_program_response(job.request_id, *outcome.result, outcome.timings);
+    body_status = outcome.result->completed() ? "COMPLETED" : "FAILED";
+    if (encoded.body.size() > state.config.max_response_bytes)
+      encoded = encode_error(job.request_id,
+                             {ErrorKind::response_too_large,
+                              "the response (" + std::to_string(encoded.body.size()) +
+                                  " bytes) exceeds the server's limit of " +
+                                  std::to_string(state.config.max_response_bytes) + " bytes"});
+  } else {
+    encoded = encode_error(job.request_id, outcome.result.error());
+  }
+  double seconds = std::chrono::duration<double>(Clock::now() - job.received).count();
+  state.metrics.record_execute(outcome_label(encoded.http_status, body_status), seconds);
+  return make_response(encoded, job.request_id, http_version, keep_alive);
+}
+
+HttpResponse error_response(const Error& error, unsigned http_version, bool keep_alive,
+                            const std::string& request_id) {
+  std::string id = request_id.empty() ? new_request_id() : request_id;
+  return make_response(encode_error(id, error), id, http_version, keep_alive);
+}
+
+}  // namespace kcoral

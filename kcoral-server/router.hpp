@@ -1,0 +1,48 @@
+// Routing: a pure function from an HTTP request (and the server's state) to either a
+// response or a job for the worker pool, and from a finished job to its response.
+// doctest calls these directly, without sockets.
+#pragma once
+
+#include <atomic>
+#include <boost/beast/http.hpp>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "execute_job.hpp"
+#include "kcoral/blob_store.hpp"
+#include "metrics.hpp"
+#include "server_config.hpp"
+#include "worker_pool.hpp"
+
+namespace kcoral {
+
+using HttpRequest = boost::beast::http::request<boost::beast::http::string_body>;
+using HttpResponse = boost::beast::http::response<boost::beast::http::string_body>;
+
+// What the router reads and updates; owned by the Server.
+struct ServerState {
+  const ServerConfig& config;
+  BlobStore& blobs;
+  WorkerPool& pool;
+  Metrics& metrics;
+  std::string instance_id;
+  std::string started_at;  // RFC 3339, UTC
+  std::size_t gpu_count = 0;
+  std::atomic<bool> stopping{false};
+  std::atomic<int> responses_pending{0};  // accepted programs whose answer is not yet written
+};
+
+struct RouteResult {
+  std::optional<HttpResponse> response;  // answer now, or
+  std::shared_ptr<ExecuteJob> job;       // run this and answer with finish_execute
+};
+
+[[nodiscard]] RouteResult route(const HttpRequest& request, ServerState& state);
+[[nodiscard]] HttpResponse finish_execute(const ExecuteJob& job, JobOutcome outcome,
+                                          ServerState& state, unsigned http_version, bool keep_alive);
+// An error response outside a program (malformed HTTP, too large, …).
+[[nodiscard]] HttpResponse error_response(const Error& error, unsigned http_version, bool keep_alive,
+                                          const std::string& request_id = {});
+
+}  // namespace kcoral

@@ -1,0 +1,132 @@
+// run_server: start workers, then listen; on a signal, refuse new work, finish what runs.
+#include "server.hpp"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <thread>
+
+#include "kcoral/request_id.hpp"
+#include "listener.hpp"
+
+namespace kcoral {
+namespace {
+
+std::string now_rfc3339() {
+  auto now = std::chrono::system_clock::now();
+  std::time_t seconds = std::chrono::system_clock::to_time_t(now);
+  auto micros = std::chrono::duration_cast<std::chrono::microseconds>(now.time_since_epoch()).count() % 1000000;
+  std::tm utc{};
+  ::gmtime_r(&seconds, &utc);
+  char text[64];
+  std::size_t n = std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%S", &utc);
+  std::snprintf(text + n, sizeof text - n, ".%06lldZ", static_cast<long long>(micros));
+  return text;
+}
+
+std::string beside_this_binary(const std::string& name) {
+  char path[4096];
+  ssize_t n = ::readlink("/proc/self/exe", path, sizeof path - 1);
+  if (n <= 0) return name;
+  std::string exe(path, static_cast<std::size_t>(n));
+  return exe.substr(0, exe.rfind('/') + 1) + name;
+}
+
+}  // namespace
+
+int run_server(ServerConfig config) {
+  ::signal(SIGPIPE, SIG_IGN);
+  unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  if (config.num_workers == 0) config.num_workers = cores;
+  if (config.io_threads == 0) config.io_threads = std::clamp(cores, 2u, 8u);
+  if (config.work_root.empty()) {
+    const char* tmp = std::getenv("TMPDIR");
+    config.work_root = std::string(tmp != nullptr && *tmp ? tmp : "/tmp") + "/kcoral-" + std::to_string(::getpid());
+  }
+  if (config.worker_path.empty()) config.worker_path = beside_this_binary("kcoral-worker");
+
+  boost::asio::io_context io(static_cast<int>(config.io_threads));
+  BlobStore blobs(config.blob_cache_bytes);
+  Metrics metrics;
+  WorkerPool pool(io, {config.num_workers, config.queue_timeout_seconds,
+                       {config.worker_path, config.device, config.work_root, config.python}});
+  ServerState state{config, blobs, pool, metrics, new_request_id(), now_rfc3339()};
+
+  if (auto started = pool.start(); !started) {
+    std::fprintf(stderr, "kcoral-server: %s\n", started.error().message.c_str());
+    return 1;
+  }
+  auto work = boost::asio::make_work_guard(io);
+  std::vector<std::thread> threads;
+  for (std::size_t i = 0; i < config.io_threads; ++i) threads.emplace_back([&io] { io.run(); });
+  auto stop_threads = [&] {
+    work.reset();
+    io.stop();
+    for (std::thread& thread : threads) thread.join();
+  };
+
+  // Listen only once the workers can take programs.
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(5);
+  while (!pool.ready() && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  if (!pool.ready()) {
+    std::fprintf(stderr, "kcoral-server: the workers did not start (see the messages above)\n");
+    pool.drain([] {});
+    stop_threads();
+    return 1;
+  }
+
+  auto listener = std::make_shared<Listener>(io, state);
+  boost::asio::ip::tcp::endpoint endpoint;
+  try {
+    endpoint = {boost::asio::ip::make_address(config.host), config.port};
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kcoral-server: bad --host %s: %s\n", config.host.c_str(), e.what());
+    stop_threads();
+    return 2;
+  }
+  auto port = listener->open(endpoint);
+  if (!port) {
+    std::fprintf(stderr, "kcoral-server: %s\n", port.error().message.c_str());
+    pool.drain([] {});
+    stop_threads();
+    return 1;
+  }
+  listener->run();
+  std::printf("kcoral-server listening on http://%s:%u (%s, %zu workers)\n", config.host.c_str(),
+              static_cast<unsigned>(*port), config.device.c_str(), config.num_workers);
+  std::fflush(stdout);
+
+  boost::asio::signal_set signals(io, SIGINT, SIGTERM);
+  boost::asio::steady_timer settle(io);
+  auto settle_deadline = std::chrono::steady_clock::now();
+  // After the pool drained: wait (bounded) until the last responses are written.
+  std::function<void()> wait_for_responses = [&] {
+    if (state.responses_pending.load() == 0 || std::chrono::steady_clock::now() > settle_deadline)
+      return io.stop();
+    settle.expires_after(std::chrono::milliseconds(10));
+    settle.async_wait([&](boost::system::error_code) { wait_for_responses(); });
+  };
+  signals.async_wait([&](boost::system::error_code ec, int signal) {
+    if (ec) return;
+    std::fprintf(stderr, "kcoral-server: %s: finishing running programs, refusing new ones\n",
+                 signal == SIGINT ? "SIGINT" : "SIGTERM");
+    state.stopping = true;
+    listener->stop();
+    pool.drain([&] {
+      settle_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+      wait_for_responses();
+    });
+  });
+  for (std::thread& thread : threads) thread.join();
+  std::fprintf(stderr, "kcoral-server: stopped\n");
+  return 0;
+}
+
+}  // namespace kcoral

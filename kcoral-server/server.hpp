@@ -1,0 +1,12 @@
+// Server: kcoral-server's parts wired together — I/O threads, listener, blob store,
+// worker pool, metrics — and its life from start to a graceful stop on SIGTERM/SIGINT.
+#pragma once
+
+#include "server_config.hpp"
+
+namespace kcoral {
+
+// Runs until stopped by a signal; returns the process exit code.
+[[nodiscard]] int run_server(ServerConfig config);
+
+}  // namespace kcoral

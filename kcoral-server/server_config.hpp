@@ -1,0 +1,31 @@
+// ServerConfig: every setting of kcoral-server, with its default (see `--help`).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace kcoral {
+
+struct ServerConfig {
+  std::string host = "127.0.0.1";
+  std::uint16_t port = 8000;  // 0: pick a free port and print it
+  std::string device = "cpu";
+  std::size_t num_workers = 0;  // 0: one per CPU core (cpu mode)
+  std::vector<int> gpus{0};     // gpu mode
+  std::size_t workers_per_gpu = 2;
+  double default_timeout_seconds = 300;
+  double max_timeout_seconds = 900;
+  double queue_timeout_seconds = 1800;
+  std::uint64_t max_request_bytes = 256ull << 20;
+  std::uint64_t max_response_bytes = 256ull << 20;
+  std::uint64_t default_output_limit_bytes = 1ull << 20;
+  std::uint64_t max_output_limit_bytes = 16ull << 20;
+  std::uint64_t blob_cache_bytes = 4ull << 30;
+  std::size_t io_threads = 0;  // 0: from the core count
+  std::string work_root;       // empty: $TMPDIR/kcoral-<pid>
+  std::string worker_path;     // empty: kcoral-worker beside this binary
+  std::string python;          // empty: the worker's own choice
+};
+
+}  // namespace kcoral

@@ -1,0 +1,64 @@
+// Zygote: the front's handle on the worker parent process (kcoral-worker).
+//
+// Starts the process with a control channel, asks it to fork children, and reports what
+// it says: ready (with the environment's versions), forked (a child's pid and channel),
+// exited (a child's end), or failed (the zygote itself is gone or broken). All callbacks
+// run on the strand given at construction.
+#pragma once
+
+#include <sys/types.h>
+
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/io_context.hpp>
+#include <functional>
+#include <map>
+#include <string>
+
+#include "channel.hpp"
+
+namespace kcoral {
+
+struct ZygoteConfig {
+  std::string worker_path;
+  std::string device = "cpu";
+  std::string work_root;
+  std::string python;
+};
+
+class Zygote {
+ public:
+  using Strand = boost::asio::strand<boost::asio::io_context::executor_type>;
+  struct Callbacks {
+    std::function<void(std::map<std::string, std::string> versions)> on_ready;
+    std::function<void(pid_t pid, UniqueFd channel)> on_forked;
+    std::function<void(pid_t pid, std::string how)> on_exited;
+    std::function<void(std::string message)> on_failed;
+  };
+
+  Zygote(Strand strand, ZygoteConfig config, Callbacks callbacks);
+  Zygote(const Zygote&) = delete;
+  Zygote& operator=(const Zygote&) = delete;
+  ~Zygote();
+
+  [[nodiscard]] Status start();
+  void request_fork();
+  // Ends the zygote; it kills its children on the way out.
+  void stop();
+  [[nodiscard]] pid_t pid() const { return pid_; }
+
+ private:
+  void wait_readable();
+  void read_messages();
+  void handle(Message message);
+  void lost(const std::string& why);
+
+  Strand strand_;
+  ZygoteConfig config_;
+  Callbacks callbacks_;
+  pid_t pid_ = -1;
+  Channel channel_;
+  boost::asio::posix::stream_descriptor readable_;
+};
+
+}  // namespace kcoral
