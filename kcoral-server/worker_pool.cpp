@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "worker_protocol.hpp"
 
@@ -40,6 +41,12 @@ struct WorkerPool::Worker {
 };
 
 namespace {
+
+std::string seconds_text(double seconds) {
+  std::ostringstream out;
+  out << seconds << " s";
+  return out.str();
+}
 
 double ms_between(Clock::time_point from, Clock::time_point to) {
   return std::chrono::duration<double, std::milli>(to - from).count();
@@ -93,7 +100,7 @@ void WorkerPool::submit(std::shared_ptr<ExecuteJob> job) {
           publish_load();
           ResponseTimings timings{ms_between(job->received, Clock::now()), 0, 0, 0};
           job->done({fail(ErrorKind::busy, "no worker became free within the queue timeout of " +
-                                               std::to_string(config_.queue_timeout_seconds) + " s"),
+                                               seconds_text(config_.queue_timeout_seconds)),
                      timings});
         }));
     publish_load();
@@ -201,8 +208,8 @@ void WorkerPool::start_job(const WorkerPtr& worker, std::shared_ptr<ExecuteJob> 
         if (ec || worker->job != job) return;
         worker->kill_tree();
         finish(worker, fail(ErrorKind::timeout, "the program ran past its timeout of " +
-                                                    std::to_string(job->timeout_seconds) +
-                                                    " s; its processes were killed"));
+                                                    seconds_text(job->timeout_seconds) +
+                                                    "; its processes were killed"));
       }));
 }
 

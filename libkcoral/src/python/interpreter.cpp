@@ -4,6 +4,8 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <unistd.h>
+
 #include <cstdlib>
 #include <mutex>
 
@@ -14,10 +16,15 @@ Status ensure_interpreter(const std::string& python_executable) {
   std::lock_guard lock(mutex);
   if (Py_IsInitialized()) return {};
 
-  std::string executable = python_executable;
-  if (executable.empty()) {
-    const char* from_env = std::getenv("KCORAL_PYTHON");
-    executable = from_env != nullptr && *from_env != '\0' ? from_env : KCORAL_DEFAULT_PYTHON;
+  // The first that exists of: the caller's choice, $KCORAL_PYTHON, the build's Python;
+  // else python3 from PATH.
+  std::string executable = "python3";
+  const char* from_env = std::getenv("KCORAL_PYTHON");
+  for (const char* candidate : {python_executable.c_str(), from_env, KCORAL_DEFAULT_PYTHON}) {
+    if (candidate != nullptr && *candidate != '\0' && ::access(candidate, X_OK) == 0) {
+      executable = candidate;
+      break;
+    }
   }
   PyConfig config;
   PyConfig_InitPythonConfig(&config);

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Sets up this checkout on a Debian 12 machine: the system packages the build needs, a
+# virtual environment in .venv, and the kcoral package (client, native module,
+# kcoral-server, kcoral-worker) built from these sources into it. Safe to run again: it
+# installs only what is missing and rebuilds only what changed (build/pip, ccache).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(build-essential cmake ninja-build ccache pkg-config libboost-dev libsimdjson-dev
+          nlohmann-json3-dev libcli11-dev doctest-dev libssl-dev python3-dev python3-venv curl)
+missing=()
+for package in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "ok installed" || missing+=("$package")
+done
+if ((${#missing[@]})); then
+  sudo=""
+  [[ $(id -u) -eq 0 ]] || sudo="sudo"
+  echo "setup: installing ${missing[*]}"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+python=${KCORAL_SETUP_PYTHON:-python3}
+[[ -x .venv/bin/python ]] || "$python" -m venv .venv
+.venv/bin/python -m pip install -q --upgrade pip
+.venv/bin/python -m pip install -q "scikit-build-core>=0.10" "httpx>=0.27" "numpy>=1.24" \
+  "ml_dtypes>=0.5" "pytest>=8" "pytest-timeout>=2"
+# No build isolation: the build then records .venv's Python as the workers' default.
+echo "setup: building and installing kcoral into .venv"
+.venv/bin/python -m pip install -q --no-build-isolation -C build-dir=build/pip \
+  -C cmake.define.KCORAL_BUILD_TESTS=ON -C cmake.define.KCORAL_BUILD_EXAMPLES=ON .
+echo "setup: done (.venv/bin/kcoral-server, .venv/bin/python)"
