@@ -266,8 +266,10 @@ void ProgramRun::execute(const Run& run) {
   if (result == nullptr) {
     python::PythonError error = python::fetch_python_error();
     // An assert in the uploaded code (or torch.testing.assert_close) is a failed check.
-    throw InstructionFailure{error.is_assertion ? ErrorKind::correctness : ErrorKind::runtime,
-                             error.summary(), error.traceback};
+    ErrorKind kind = error.is_assertion ? ErrorKind::correctness : ErrorKind::runtime;
+    if (auto declared = error_kind_from_wire(error.declared_kind); declared && is_program_kind(*declared))
+      kind = *declared;
+    throw InstructionFailure{kind, error.summary(), error.traceback};
   }
   values_[run.id] = PyRef::steal(result);
 }

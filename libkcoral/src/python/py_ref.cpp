@@ -96,6 +96,9 @@ PythonError fetch_python_error() {
   error.message = str_of(exception.get());
   error.is_assertion = PyErr_GivenExceptionMatches(type, PyExc_AssertionError) != 0;
   error.is_system_exit = PyErr_GivenExceptionMatches(type, PyExc_SystemExit) != 0;
+  PyRef declared = PyRef::steal(PyObject_GetAttrString(exception.get(), "kcoral_error_kind"));
+  if (declared) error.declared_kind = to_utf8(declared.get());
+  else PyErr_Clear();
   error.traceback = format_traceback(exception.get());
   return error;
 }

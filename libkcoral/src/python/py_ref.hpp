@@ -67,6 +67,9 @@ struct PythonError {
   std::string traceback;  // traceback.format_exception(...), joined
   bool is_assertion = false;
   bool is_system_exit = false;
+  // An exception may name its own error kind with a `kcoral_error_kind` attribute (as
+  // kcoral.builtins' Unavailable does); empty when it does not.
+  std::string declared_kind;
   // "<ExceptionType>: <message>", or the type alone when the message is empty.
   [[nodiscard]] std::string summary() const;
 };

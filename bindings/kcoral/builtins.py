@@ -1,0 +1,102 @@
+"""Helpers for uploaded programs: ``benchmark`` (GPU timing) and ``compile_tirx`` (TVM).
+
+Uploaded code imports them (``from kcoral.builtins import benchmark, compile_tirx``) and
+may select them with ``get_function`` after importing them into a module. Both need a GPU
+worker environment; where it is missing they fail their instruction with the error kind
+``unavailable`` and a message saying what is missing, never silently.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any
+
+__all__ = ["CompileFailed", "ParseFailed", "Unavailable", "benchmark", "compile_tirx"]
+
+
+class Unavailable(RuntimeError):
+    """What this server lacks for a helper; fails the instruction with kind ``unavailable``."""
+
+    kcoral_error_kind = "unavailable"
+
+
+def benchmark(fn: Any, *args: Any) -> dict[str, Any]:
+    """Time ``fn(*args)`` by its GPU activity (CUPTI), from first activity to last.
+
+    An optional configuration dict may follow the arguments: ``warmup_ms``, ``repeat_ms``
+    (defaults 25 and 100), ``warmup``, ``repeat`` (counts that override the budgets) and
+    ``flush_l2`` (default True).
+    """
+    from kcoral import _native
+
+    measure = getattr(_native, "benchmark", None)
+    if measure is None:
+        raise Unavailable(
+            "kcoral.builtins.benchmark measures GPU activity with CUPTI; this worker has no GPU "
+            "support (a CPU server, or a build without CUDA)"
+        )
+    return measure(fn, *args)
+
+
+class CompileFailed(RuntimeError):
+    """A kernel that does not compile; fails the instruction with kind ``compile``."""
+
+    kcoral_error_kind = "compile"
+
+
+class ParseFailed(RuntimeError):
+    """Kernel source the DSL cannot read; fails the instruction with kind ``parse``."""
+
+    kcoral_error_kind = "parse"
+
+
+# Each cached executable holds a loaded GPU module, hence the bound.
+_COMPILED: OrderedDict[int, Any] = OrderedDict()
+_COMPILED_LIMIT = 32
+
+
+def compile_tirx(kernel: Any, bindings: dict[str, Any] | None = None) -> Any:
+    """Specialize a TIRx ``@T.jit`` kernel with ``bindings`` (its ``T.constexpr`` values), or
+    take a ``PrimFunc`` as it is, and compile it for CUDA.
+
+    Executables are cached by structural hash, at most 32 per process. Compiling may call
+    CUDA, so run it with GPU access (not in a ``cpu_only`` function).
+    """
+    try:
+        import tvm
+        import tvm_ffi
+    except ImportError:
+        raise Unavailable(
+            "compile_tirx needs TVM (apache-tvm and apache-tvm-ffi) in the worker environment"
+        ) from None
+    if bindings is not None and not isinstance(bindings, dict):
+        raise CompileFailed("compile_tirx bindings must be a dict of T.constexpr values")
+    if isinstance(kernel, tvm.tirx.PrimFunc):
+        if bindings:
+            raise CompileFailed("bindings apply to @T.jit kernels; this kernel is already a PrimFunc")
+        function = kernel
+    elif hasattr(kernel, "specialize"):
+        try:
+            function = kernel.specialize(**(bindings or {}))
+        except tvm.error.DiagnosticError as error:
+            raise ParseFailed(str(error)) from error
+        except TypeError as error:  # missing, unknown or unhashable constexpr values
+            raise CompileFailed(str(error)) from error
+    else:
+        raise CompileFailed(
+            f"compile_tirx expects a @T.jit kernel or a PrimFunc, not {type(kernel).__name__}"
+        )
+    key = tvm_ffi.structural_hash(function)
+    if key in _COMPILED:
+        _COMPILED.move_to_end(key)
+        return _COMPILED[key]
+    try:
+        executable = tvm.compile(
+            tvm.IRModule({"main": function}), target=tvm.target.Target("cuda"), tir_pipeline="tirx"
+        )
+    except (tvm.error.InternalError, RuntimeError) as error:  # lowering, or nvcc/NVRTC
+        raise CompileFailed(str(error)) from error
+    _COMPILED[key] = executable
+    if len(_COMPILED) > _COMPILED_LIMIT:
+        _COMPILED.popitem(last=False)
+    return executable
