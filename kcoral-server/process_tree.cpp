@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -27,9 +28,27 @@ pid_t parent_of(pid_t pid) {
   return static_cast<pid_t>(std::strtol(text.c_str() + close + 4, nullptr, 10));
 }
 
-}  // namespace
+// From /proc/<pid>/task/<tid>/children (one file per thread of the parent); nullopt when
+// the kernel does not provide those files.
+std::optional<std::vector<pid_t>> children_from_task_files(pid_t parent) {
+  std::string tasks = "/proc/" + std::to_string(parent) + "/task";
+  DIR* directory = ::opendir(tasks.c_str());
+  if (directory == nullptr) return std::nullopt;
+  std::vector<pid_t> children;
+  bool found = false;
+  while (dirent* entry = ::readdir(directory)) {
+    if (entry->d_name[0] == '.') continue;
+    std::ifstream file(tasks + "/" + entry->d_name + "/children");
+    if (!file) continue;
+    found = true;
+    for (long pid; file >> pid;) children.push_back(static_cast<pid_t>(pid));
+  }
+  ::closedir(directory);
+  if (!found) return std::nullopt;
+  return children;
+}
 
-std::vector<pid_t> children_of(pid_t parent) {
+std::vector<pid_t> children_from_scan(pid_t parent) {
   std::vector<pid_t> children;
   DIR* proc = ::opendir("/proc");
   if (proc == nullptr) return children;
@@ -41,6 +60,13 @@ std::vector<pid_t> children_of(pid_t parent) {
   }
   ::closedir(proc);
   return children;
+}
+
+}  // namespace
+
+std::vector<pid_t> children_of(pid_t parent) {
+  if (auto children = children_from_task_files(parent)) return *children;
+  return children_from_scan(parent);
 }
 
 void become_subreaper() { ::prctl(PR_SET_CHILD_SUBREAPER, 1); }
