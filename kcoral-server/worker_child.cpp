@@ -11,6 +11,8 @@ namespace kcoral {
 using Json = nlohmann::json;
 
 int serve_one_program(Executor& executor, Channel channel, const std::string& work_root) {
+  // Before the program arrives, not after: this child was forked ahead of time.
+  executor.warm_up(work_root);
   if (!channel.send(R"({"type":"ready"})")) return 1;
   BlobMap blobs;
   Json run;

@@ -180,6 +180,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   Json versions = (*executor)->versions();
+  (*executor)->prepare_for_fork();
   (void)control.send(Json{{"type", "ready"}, {"versions", versions}}.dump());
 
   sigset_t mask;

@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "device.hpp"
+#include "kcoral/program_builder.hpp"
 #include "program_run.hpp"
 #include "python/interpreter.hpp"
 
@@ -83,6 +84,28 @@ ProgramResult Executor::run(const Program& program, const BlobMap& blobs, GpuLea
                            options.work_root.empty() ? impl_->options.work_root : options.work_root,
                            impl_->modules_loaded};
   return ProgramRun(context, program, blobs, lease, options).execute();
+}
+
+void Executor::prepare_for_fork() {
+  python::Gil gil;
+  PyRef gc = PyRef::steal(PyImport_ImportModule("gc"));
+  PyRef collected = gc ? PyRef::steal(PyObject_CallMethod(gc.get(), "collect", nullptr)) : PyRef();
+  PyRef frozen = gc ? PyRef::steal(PyObject_CallMethod(gc.get(), "freeze", nullptr)) : PyRef();
+  if (!frozen) PyErr_Clear();
+}
+
+void Executor::warm_up(const std::string& work_root) {
+  ProgramBuilder builder;
+  Ref module = builder.upload_module(
+      "warm_up", "def run(value):\n    print(value)\n    return {'value': [value, 0.5, 'text', None, True]}\n");
+  Ref function = builder.get_function("run", module, "run");
+  builder.return_value("result", builder.run("result", function, {json_literal("1")}));
+  auto built = builder.build();
+  if (!built) return;
+  NoGpuLease lease;
+  RunOptions options;
+  options.work_root = work_root;
+  (void)run(built->program, built->blobs, lease, options);
 }
 
 std::map<std::string, std::string> Executor::versions() {

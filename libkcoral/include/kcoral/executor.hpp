@@ -63,6 +63,15 @@ class Executor {
   // from package metadata, nothing imported).
   [[nodiscard]] std::map<std::string, std::string> versions();
 
+  // For a process that forks one child per program: moves every object alive now out of
+  // the garbage collector's reach (gc.freeze), so that collections in a child do not
+  // write to, and so copy, the parent's memory pages.
+  void prepare_for_fork();
+  // Runs a small program (a module, a call, a return, captured output) in `work_root`,
+  // so that what every program touches first is already touched: in a freshly forked
+  // child, before its first real program arrives.
+  void warm_up(const std::string& work_root);
+
  private:
   struct Impl;
   explicit Executor(std::unique_ptr<Impl> impl);
