@@ -1,6 +1,8 @@
 // CPython start-up for embedding executables (the worker, C++ tests and examples).
 #include "interpreter.hpp"
 
+#include "native_module.hpp"
+
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
@@ -10,6 +12,11 @@
 #include <mutex>
 
 namespace kcoral::python {
+namespace {
+
+PyObject* native_module_init() { return create_native_module(); }
+
+}  // namespace
 
 Status ensure_interpreter(const std::string& python_executable) {
   static std::mutex mutex;
@@ -26,6 +33,8 @@ Status ensure_interpreter(const std::string& python_executable) {
       break;
     }
   }
+  // kcoral._native as a built-in: found before any kcoral/_native*.so on sys.path.
+  PyImport_AppendInittab("kcoral._native", &native_module_init);
   PyConfig config;
   PyConfig_InitPythonConfig(&config);
   // The host program owns its signals: a worker must die on SIGTERM, not raise
