@@ -1,0 +1,1 @@
+"""Malformed requests to kcoral-server, as data (cases.py), and the test that sends them."""

@@ -1,0 +1,1 @@
+"""End-to-end tests of kcoral-server through HTTP and the kcoral client."""
