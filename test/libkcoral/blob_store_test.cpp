@@ -1,0 +1,229 @@
+// BlobStore (libkcoral/src/blob_store.cpp): the content-addressed cache. LRU eviction by
+// bytes, get() refreshing recency, blobs over a quarter of the budget used but not kept,
+// pins that keep a running program's blobs from eviction, and resolve(): supplied blobs
+// stored, the missing ones listed in first-use order, tensor byte counts checked.
+#include <doctest/doctest.h>
+
+#include <thread>
+
+#include "kcoral/blob_store.hpp"
+#include "kcoral/program_builder.hpp"
+#include "kcoral/sha256.hpp"
+
+namespace {
+
+kcoral::Blob blob_of(std::string_view data) {
+  auto blob = kcoral::Blob::copy_of(data);
+  REQUIRE(blob.has_value());
+  return *blob;
+}
+
+// 25 bytes: a quarter of the 100-byte budget the tests use.
+std::string quarter(char c) { return std::string(25, c); }
+
+void put(kcoral::BlobStore& store, const std::string& data) { store.put(kcoral::sha256_hex(data), blob_of(data)); }
+
+bool has(kcoral::BlobStore& store, const std::string& data) {
+  return store.get(kcoral::sha256_hex(data)).has_value();
+}
+
+// A program that uploads each of `datas` as bytes.
+kcoral::Program program_of(const std::vector<std::string>& datas) {
+  kcoral::ProgramBuilder b;
+  for (std::size_t i = 0; i < datas.size(); ++i) b.upload_bytes("b" + std::to_string(i), datas[i]);
+  auto built = b.build();
+  REQUIRE(built.has_value());
+  return built->program;
+}
+
+kcoral::BlobMap supplied(const std::vector<std::string>& datas) {
+  kcoral::BlobMap map;
+  for (const std::string& data : datas) map.emplace(kcoral::sha256_hex(data), blob_of(data));
+  return map;
+}
+
+}  // namespace
+
+TEST_SUITE("blob_store") {
+
+TEST_CASE("a stored blob can be got back; unknown digests are absent") {
+  kcoral::BlobStore store(100);
+  CHECK(store.capacity_bytes() == 100);
+  put(store, "hello");
+  auto blob = store.get(kcoral::sha256_hex("hello"));
+  REQUIRE(blob.has_value());
+  CHECK(blob->view() == "hello");
+  CHECK_FALSE(store.get(kcoral::sha256_hex("other")).has_value());
+  CHECK(store.count() == 1);
+  CHECK(store.size_bytes() == 5);
+}
+
+TEST_CASE("putting a digest twice keeps one entry") {
+  kcoral::BlobStore store(100);
+  put(store, "twice");
+  put(store, "twice");
+  CHECK(store.count() == 1);
+  CHECK(store.size_bytes() == 5);
+}
+
+TEST_CASE("the least recently used blobs go first when the byte budget is exceeded") {
+  kcoral::BlobStore store(100);
+  for (char c : {'a', 'b', 'c', 'd'}) put(store, quarter(c));
+  CHECK(store.size_bytes() == 100);
+  CHECK(store.count() == 4);
+  put(store, quarter('e'));
+  CHECK(store.size_bytes() == 100);
+  CHECK_FALSE(has(store, quarter('a')));
+  // get() refreshes: b is now the most recent, so c goes next.
+  CHECK(has(store, quarter('b')));
+  put(store, quarter('f'));
+  CHECK(has(store, quarter('b')));
+  CHECK_FALSE(has(store, quarter('c')));
+  CHECK(has(store, quarter('d')));
+  // put() of a known digest refreshes too.
+  put(store, quarter('d'));
+  put(store, quarter('g'));
+  CHECK(has(store, quarter('d')));
+  CHECK_FALSE(has(store, quarter('e')));
+}
+
+TEST_CASE("a blob larger than a quarter of the budget is not kept") {
+  kcoral::BlobStore store(100);
+  put(store, std::string(26, 'x'));
+  CHECK(store.count() == 0);
+  CHECK(store.size_bytes() == 0);
+  put(store, std::string(25, 'x'));
+  CHECK(store.count() == 1);
+}
+
+TEST_CASE("resolve lists missing digests in first-use order and returns the present ones") {
+  kcoral::BlobStore store(1000);
+  put(store, "cached");
+  auto program = program_of({"later", "cached", "sent", "first"});
+  auto resolved = store.resolve(program, supplied({"sent"}));
+  REQUIRE(resolved.has_value());
+  CHECK(resolved->missing == std::vector<std::string>{kcoral::sha256_hex("later"), kcoral::sha256_hex("first")});
+  CHECK(resolved->blobs.size() == 2);
+  CHECK(resolved->blobs.at(kcoral::sha256_hex("cached")).view() == "cached");
+  CHECK(resolved->blobs.at(kcoral::sha256_hex("sent")).view() == "sent");
+  // Supplied blobs are cached for the next request.
+  CHECK(has(store, "sent"));
+}
+
+TEST_CASE("a supplied blob too big to keep is still resolved for its request") {
+  kcoral::BlobStore store(100);
+  const std::string big(60, 'B');
+  auto resolved = store.resolve(program_of({big}), supplied({big}));
+  REQUIRE(resolved.has_value());
+  CHECK(resolved->missing.empty());
+  CHECK(resolved->blobs.at(kcoral::sha256_hex(big)).view() == big);
+  CHECK(store.count() == 0);
+}
+
+TEST_CASE("pinned blobs are not evicted; unpinned ones go instead") {
+  kcoral::BlobStore store(100);
+  auto resolved = store.resolve(program_of({quarter('a'), quarter('b')}), supplied({quarter('a'), quarter('b')}));
+  REQUIRE(resolved.has_value());
+  for (char c : {'c', 'd', 'e', 'f', 'g'}) put(store, quarter(c));
+  CHECK(has(store, quarter('a')));
+  CHECK(has(store, quarter('b')));
+  CHECK_FALSE(has(store, quarter('c')));
+  CHECK(store.size_bytes() <= 100);
+}
+
+TEST_CASE("while every entry is pinned a new blob cannot push a pinned one out") {
+  kcoral::BlobStore store(100);
+  std::vector<std::string> four{quarter('a'), quarter('b'), quarter('c'), quarter('d')};
+  auto running = store.resolve(program_of(four), supplied(four));
+  REQUIRE(running.has_value());
+  auto next = store.resolve(program_of({quarter('e')}), supplied({quarter('e')}));
+  REQUIRE(next.has_value());
+  CHECK(next->blobs.at(kcoral::sha256_hex(quarter('e'))).view() == quarter('e'));
+  for (const std::string& data : four) CHECK(has(store, data));
+  // Once the pins go, the store is back within its budget.
+  running = {};
+  next = {};
+  put(store, quarter('f'));
+  CHECK(store.size_bytes() <= 100);
+  CHECK(has(store, quarter('f')));
+}
+
+TEST_CASE("a moved pin keeps its blobs pinned until the last owner goes") {
+  kcoral::BlobStore store(100);
+  std::optional<kcoral::BlobStore::Pin> moved;
+  {
+    auto resolved = store.resolve(program_of({quarter('a')}), supplied({quarter('a')}));
+    REQUIRE(resolved.has_value());
+    moved.emplace(std::move(resolved->pin));
+    kcoral::BlobStore::Pin assigned;
+    assigned = std::move(*moved);
+    *moved = std::move(assigned);
+  }  // the moved-from pins are gone; `moved` still pins
+  for (char c : {'b', 'c', 'd', 'e', 'f'}) put(store, quarter(c));
+  CHECK(has(store, quarter('a')));
+  moved.reset();
+  for (char c : {'g', 'h', 'i', 'j'}) put(store, quarter(c));
+  CHECK_FALSE(has(store, quarter('a')));
+}
+
+TEST_CASE("two requests pinning one blob keep it until both are done") {
+  kcoral::BlobStore store(100);
+  auto first = store.resolve(program_of({quarter('a')}), supplied({quarter('a')}));
+  auto second = store.resolve(program_of({quarter('a')}), {});
+  REQUIRE(first.has_value());
+  REQUIRE(second.has_value());
+  CHECK(second->missing.empty());
+  first = {};
+  for (char c : {'b', 'c', 'd', 'e', 'f'}) put(store, quarter(c));
+  CHECK(has(store, quarter('a')));
+  second = {};
+  for (char c : {'g', 'h', 'i', 'j'}) put(store, quarter(c));
+  CHECK_FALSE(has(store, quarter('a')));
+}
+
+TEST_CASE("resolve checks that a tensor blob holds prod(shape) x itemsize bytes") {
+  kcoral::BlobStore store(1 << 20);
+  auto tensor_program = [](const std::string& data, std::vector<std::int64_t> shape) {
+    kcoral::ProgramBuilder b;
+    b.upload_tensor("t", data, kcoral::Dtype::float32, std::move(shape));
+    auto built = b.build();
+    REQUIRE(built.has_value());
+    return built->program;
+  };
+  const std::string six_floats(24, '\0');
+  CHECK(store.resolve(tensor_program(six_floats, {2, 3}), supplied({six_floats})).has_value());
+  auto wrong = store.resolve(tensor_program(six_floats, {2, 4}), supplied({six_floats}));
+  REQUIRE_FALSE(wrong.has_value());
+  CHECK(wrong.error().kind == kcoral::ErrorKind::parse);
+  CHECK(wrong.error().message.find("'t'") != std::string::npos);
+  // The same check applies to a blob found in the cache.
+  CHECK_FALSE(store.resolve(tensor_program(six_floats, {7}), {}).has_value());
+  CHECK(store.resolve(tensor_program("", {0, 3}), supplied({""})).has_value());
+  CHECK_FALSE(store.resolve(tensor_program("", {1}), supplied({""})).has_value());
+  // A scalar is one item.
+  CHECK(store.resolve(tensor_program(std::string(4, '\0'), {}), supplied({std::string(4, '\0')})).has_value());
+  // A missing tensor blob is a cache miss, not a size error.
+  auto missing = store.resolve(tensor_program(std::string(8, 'm'), {2}), {});
+  REQUIRE(missing.has_value());
+  CHECK(missing->missing.size() == 1);
+}
+
+TEST_CASE("concurrent puts and gets keep the store consistent") {
+  kcoral::BlobStore store(1000);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&store, t] {
+      for (int i = 0; i < 300; ++i) {
+        std::string data = std::to_string(t) + ":" + std::to_string(i % 40) + std::string(100, 'p');
+        auto blob = kcoral::Blob::copy_of(data);
+        if (blob) store.put(kcoral::sha256_hex(data), *blob);
+        (void)store.get(kcoral::sha256_hex(data));
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  CHECK(store.size_bytes() <= 1000);
+  CHECK(store.count() * 100 <= store.size_bytes());
+}
+
+}  // TEST_SUITE

@@ -1,0 +1,115 @@
+// Blob (libkcoral/src/blob.cpp): bytes copied into a sealed memfd and mapped read-only.
+// The memfd cannot be written, grown or shrunk through its descriptor; copies share one
+// mapping that outlives the original; from_fd maps a descriptor another process sent.
+#include <doctest/doctest.h>
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "kcoral/blob.hpp"
+
+namespace {
+
+kcoral::Blob blob_of(std::string_view data) {
+  auto blob = kcoral::Blob::copy_of(data);
+  REQUIRE_MESSAGE(blob.has_value(), blob.error().message);
+  return *blob;
+}
+
+}  // namespace
+
+TEST_SUITE("blob") {
+
+TEST_CASE("a blob holds a copy of its bytes") {
+  std::string data("binary\0data\xff", 12);
+  kcoral::Blob blob = blob_of(data);
+  data[0] = 'X';  // the blob does not see later changes of the source
+  CHECK(blob.size() == 12);
+  CHECK(blob.view() == std::string_view("binary\0data\xff", 12));
+  CHECK(blob.bytes().size() == 12);
+  CHECK(blob.fd() >= 0);
+}
+
+TEST_CASE("the byte-span overload copies the same bytes") {
+  const std::byte raw[] = {std::byte{1}, std::byte{0}, std::byte{255}};
+  auto blob = kcoral::Blob::copy_of(std::span<const std::byte>(raw));
+  REQUIRE(blob.has_value());
+  CHECK(blob->view() == std::string_view("\x01\x00\xff", 3));
+}
+
+TEST_CASE("an empty blob has no bytes but still a descriptor") {
+  kcoral::Blob blob = blob_of("");
+  CHECK(blob.size() == 0);
+  CHECK(blob.view().empty());
+  CHECK(blob.fd() >= 0);
+}
+
+TEST_CASE("a default blob is empty and has no descriptor") {
+  kcoral::Blob blob;
+  CHECK(blob.size() == 0);
+  CHECK(blob.view().empty());
+  CHECK(blob.fd() == -1);
+}
+
+TEST_CASE("the memfd is sealed: writes, truncation and growth through the descriptor fail") {
+  kcoral::Blob blob = blob_of("sealed");
+  int seals = ::fcntl(blob.fd(), F_GET_SEALS);
+  CHECK((seals & F_SEAL_WRITE) != 0);
+  CHECK((seals & F_SEAL_SHRINK) != 0);
+  CHECK((seals & F_SEAL_GROW) != 0);
+  CHECK((seals & F_SEAL_SEAL) != 0);
+  CHECK(::pwrite(blob.fd(), "X", 1, 0) == -1);
+  CHECK(::ftruncate(blob.fd(), 0) == -1);
+  CHECK(::ftruncate(blob.fd(), 100) == -1);
+  // A writable shared mapping is refused too.
+  void* writable = ::mmap(nullptr, 6, PROT_READ | PROT_WRITE, MAP_SHARED, blob.fd(), 0);
+  CHECK(writable == MAP_FAILED);
+  if (writable != MAP_FAILED) ::munmap(writable, 6);
+  CHECK(blob.view() == "sealed");
+}
+
+TEST_CASE("the descriptor is close-on-exec") {
+  kcoral::Blob blob = blob_of("x");
+  CHECK((::fcntl(blob.fd(), F_GETFD) & FD_CLOEXEC) != 0);
+}
+
+TEST_CASE("copies share one mapping that outlives the original") {
+  std::optional<kcoral::Blob> original(blob_of("shared"));
+  kcoral::Blob copy = *original;
+  CHECK(copy.view().data() == original->view().data());
+  CHECK(copy.fd() == original->fd());
+  original.reset();
+  CHECK(copy.view() == "shared");
+  CHECK(::fcntl(copy.fd(), F_GETFD) != -1);
+}
+
+TEST_CASE("from_fd maps a received descriptor: a round trip through dup") {
+  kcoral::Blob blob = blob_of(std::string(100000, 'z') + "end");
+  auto received = kcoral::Blob::from_fd(kcoral::UniqueFd(::fcntl(blob.fd(), F_DUPFD_CLOEXEC, 0)));
+  REQUIRE_MESSAGE(received.has_value(), received.error().message);
+  CHECK(received->size() == blob.size());
+  CHECK(received->view() == blob.view());
+  CHECK(received->fd() != blob.fd());
+}
+
+TEST_CASE("from_fd maps an ordinary memfd and an empty one") {
+  int fd = ::memfd_create("test", MFD_CLOEXEC);
+  REQUIRE(fd >= 0);
+  REQUIRE(::write(fd, "plain", 5) == 5);
+  auto plain = kcoral::Blob::from_fd(kcoral::UniqueFd(fd));
+  REQUIRE(plain.has_value());
+  CHECK(plain->view() == "plain");
+
+  auto empty = kcoral::Blob::from_fd(kcoral::UniqueFd(::memfd_create("empty", MFD_CLOEXEC)));
+  REQUIRE(empty.has_value());
+  CHECK(empty->size() == 0);
+}
+
+TEST_CASE("from_fd of an invalid descriptor fails with engine") {
+  auto blob = kcoral::Blob::from_fd(kcoral::UniqueFd());
+  REQUIRE_FALSE(blob.has_value());
+  CHECK(blob.error().kind == kcoral::ErrorKind::engine);
+}
+
+}  // TEST_SUITE
