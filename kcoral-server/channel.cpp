@@ -1,6 +1,7 @@
 // Channel over SOCK_SEQPACKET with SCM_RIGHTS; long texts spill into a memfd.
 #include "channel.hpp"
 
+#include <poll.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -15,6 +16,7 @@ namespace {
 constexpr std::size_t kInlineBytes = 48 * 1024;  // below the default socket buffer
 constexpr char kInline = 'I';
 constexpr char kSpilled = 'F';
+constexpr int kSendWaitMs = 30000;
 
 std::unexpected<Error> system_error(const char* what) {
   return fail(ErrorKind::engine, std::string(what) + ": " + std::strerror(errno));
@@ -84,9 +86,18 @@ Status Channel::send(std::string_view json, const std::vector<int>& fds) const {
     cmsg->cmsg_len = CMSG_LEN(sizeof(int) * all.size());
     std::memcpy(CMSG_DATA(cmsg), all.data(), sizeof(int) * all.size());
   }
+  int waited_ms = 0;
   while (true) {
     if (::sendmsg(socket_.get(), &header, MSG_NOSIGNAL) >= 0) return {};
     if (errno == EINTR) continue;
+    // A non-blocking socket whose buffer is full (many blobs at once): the peer reads
+    // eagerly, so wait for room, but not for ever.
+    if ((errno == EAGAIN || errno == EWOULDBLOCK) && waited_ms < kSendWaitMs) {
+      pollfd writable{socket_.get(), POLLOUT, 0};
+      ::poll(&writable, 1, 100);
+      waited_ms += 100;
+      continue;
+    }
     if (errno == EPIPE || errno == ECONNRESET) return fail(ErrorKind::engine, "closed");
     return system_error("sendmsg");
   }

@@ -5,6 +5,8 @@
 #include <boost/asio/post.hpp>
 #include <boost/beast/core/buffers_to_string.hpp>
 
+#include "kcoral/request_id.hpp"
+
 namespace kcoral {
 namespace {
 
@@ -108,7 +110,14 @@ void HttpSession::write(HttpResponse response) {
 
 void HttpSession::reject_and_close(const Error& error) {
   close_after_write_ = true;
-  response_ = std::make_shared<HttpResponse>(error_response(error, 11, false));
+  // The client's request id, where its header got that far and it is a canonical UUID.
+  std::string request_id;
+  if (parser_) {  // the fields parsed so far, even when the header failed a limit
+    auto sent = parser_->get()["X-Request-ID"];
+    std::string value(sent.data(), sent.size());
+    if (is_canonical_request_id(value)) request_id = value;
+  }
+  response_ = std::make_shared<HttpResponse>(error_response(error, 11, false, request_id));
   if (error.kind == ErrorKind::request_too_large) state_.metrics.record_execute("too_large", 0);
   stream_.expires_after(kTransferTimeout);
   http::async_write(stream_, *response_, [self = shared_from_this()](beast::error_code ec, std::size_t) {

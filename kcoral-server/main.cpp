@@ -19,6 +19,19 @@ int main(int argc, char** argv) {
   app.add_option("--num-workers", config.num_workers,
                  "Programs run at once on a CPU server (each in its own process); 0 = one per core")
       ->capture_default_str();
+  app.add_option("--gpus", config.gpus, "GPU server: the GPUs to use, by index (comma-separated)")
+      ->delimiter(',')
+      ->capture_default_str();
+  app.add_option("--workers-per-gpu", config.workers_per_gpu,
+                 "GPU server: worker processes per GPU (one holds the GPU at a time; the others compile, "
+                 "check, or wait)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--programs-per-worker", config.programs_per_worker,
+                 "Programs a worker process runs before it is replaced; 1 gives every program a fresh "
+                 "process (the default; more is faster but lets one program's state reach the next)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   app.add_option("--default-timeout-seconds", config.default_timeout_seconds,
                  "Execution limit of a program that asks for none")
       ->check(CLI::PositiveNumber)
@@ -57,10 +70,5 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   if (config.max_timeout_seconds < config.default_timeout_seconds)
     config.default_timeout_seconds = config.max_timeout_seconds;
-  if (config.device == "gpu") {
-    std::fprintf(stderr, "kcoral-server: --device gpu needs a build with the GPU support of a later "
-                         "release of this server; use --device cpu\n");
-    return 2;
-  }
   return kcoral::run_server(std::move(config));
 }

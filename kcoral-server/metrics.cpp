@@ -16,6 +16,16 @@ void Metrics::record_execute(std::string_view outcome, double seconds) {
   sum_microseconds_.fetch_add(static_cast<std::uint64_t>(seconds * 1e6), std::memory_order_relaxed);
 }
 
+namespace {
+
+// Microseconds as seconds, every digit kept (the stream's default would keep six).
+std::string seconds_text(std::uint64_t microseconds) {
+  std::string fraction = std::to_string(microseconds % 1000000);
+  return std::to_string(microseconds / 1000000) + "." + std::string(6 - fraction.size(), '0') + fraction;
+}
+
+}  // namespace
+
 std::string Metrics::render(const WorkerPool::Load& load, const BlobStore& blobs) const {
   std::ostringstream out;
   out << "# HELP kcoral_execute_requests_total POST /execute requests by outcome.\n"
@@ -30,7 +40,7 @@ std::string Metrics::render(const WorkerPool::Load& load, const BlobStore& blobs
   for (std::size_t i = 0; i < kBucketsSeconds.size(); ++i)
     out << "kcoral_execute_duration_seconds_bucket{le=\"" << kBucketsSeconds[i] << "\"} " << buckets_[i].load() << "\n";
   out << "kcoral_execute_duration_seconds_bucket{le=\"+Inf\"} " << count_.load() << "\n"
-      << "kcoral_execute_duration_seconds_sum " << static_cast<double>(sum_microseconds_.load()) / 1e6 << "\n"
+      << "kcoral_execute_duration_seconds_sum " << seconds_text(sum_microseconds_.load()) << "\n"
       << "kcoral_execute_duration_seconds_count " << count_.load() << "\n";
   out << "# HELP kcoral_queue_depth Accepted programs waiting for a worker.\n"
       << "# TYPE kcoral_queue_depth gauge\n"

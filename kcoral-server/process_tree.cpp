@@ -2,6 +2,7 @@
 #include "process_tree.hpp"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -10,7 +11,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
-#include <fstream>
+#include <cstdio>
+#include <cstring>
 #include <optional>
 #include <string>
 #include <thread>
@@ -18,14 +20,23 @@
 namespace kcoral {
 namespace {
 
-// The parent pid from /proc/<pid>/stat; the command name in parentheses may hold spaces.
+// The parent pid from /proc/<pid>/stat, or -1 (the process may be gone by the time it
+// is read: plain read(2), no stream that could throw). The command name in parentheses
+// may hold spaces, so parse from the last ')'.
 pid_t parent_of(pid_t pid) {
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
-  std::size_t close = text.rfind(')');
-  if (close == std::string::npos || close + 4 >= text.size()) return -1;
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(pid));
+  int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  char text[1024];
+  ssize_t n = ::read(fd, text, sizeof text - 1);
+  ::close(fd);
+  if (n <= 0) return -1;
+  text[n] = '\0';
+  const char* close = std::strrchr(text, ')');
+  if (close == nullptr || close + 4 >= text + n) return -1;
   // After ") " come the state and then the parent pid.
-  return static_cast<pid_t>(std::strtol(text.c_str() + close + 4, nullptr, 10));
+  return static_cast<pid_t>(std::strtol(close + 4, nullptr, 10));
 }
 
 // From /proc/<pid>/task/<tid>/children (one file per thread of the parent); nullopt when
@@ -38,10 +49,21 @@ std::optional<std::vector<pid_t>> children_from_task_files(pid_t parent) {
   bool found = false;
   while (dirent* entry = ::readdir(directory)) {
     if (entry->d_name[0] == '.') continue;
-    std::ifstream file(tasks + "/" + entry->d_name + "/children");
-    if (!file) continue;
+    std::string path = tasks + "/" + entry->d_name + "/children";
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;
     found = true;
-    for (long pid; file >> pid;) children.push_back(static_cast<pid_t>(pid));
+    std::string text;
+    char buffer[4096];
+    for (ssize_t n; (n = ::read(fd, buffer, sizeof buffer)) > 0;) text.append(buffer, static_cast<std::size_t>(n));
+    ::close(fd);
+    for (const char* cursor = text.c_str(); *cursor != '\0';) {
+      char* end = nullptr;
+      long pid = std::strtol(cursor, &end, 10);
+      if (end == cursor) break;
+      children.push_back(static_cast<pid_t>(pid));
+      cursor = end;
+    }
   }
   ::closedir(directory);
   if (!found) return std::nullopt;

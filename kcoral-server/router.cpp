@@ -58,16 +58,18 @@ HttpResponse health(const HttpRequest& request, ServerState& state, const std::s
             {"load", {{"request_capacity", load.capacity},
                       {"requests_in_progress", load.running},
                       {"requests_waiting", load.waiting}}},
-            {"target", Json::object()},
+            {"target", state.target_arch.empty() ? Json::object() : Json{{"arch", state.target_arch}}},
             {"versions", std::move(versions)}};
   return make_response({state.stopping ? 503 : 200, "application/json", body.dump()}, request_id,
-                       request.version(), request.keep_alive());
+                       request.version(), request.keep_alive() && !state.stopping);
 }
 
 RouteResult execute(const HttpRequest& request, ServerState& state, std::string request_id) {
   auto answer = [&](const EncodedResponse& encoded, std::string_view outcome) {
     state.metrics.record_execute(outcome, 0);
-    return RouteResult{make_response(encoded, request_id, request.version(), request.keep_alive()), nullptr};
+    return RouteResult{make_response(encoded, request_id, request.version(),
+                                     request.keep_alive() && !state.stopping),
+                       nullptr};
   };
   if (state.stopping)
     return answer(encode_error(request_id, {ErrorKind::busy, "the server is shutting down"}), "busy");
@@ -136,6 +138,10 @@ HttpResponse finish_execute(const ExecuteJob& job, JobOutcome outcome, ServerSta
                             unsigned http_version, bool keep_alive) {
   EncodedResponse encoded;
   std::string_view body_status;
+  // A program whose returns would not fit the response fails as a request, not as an
+  // instruction (the executor stops encoding at the limit).
+  if (outcome.result && outcome.result->error && !is_program_kind(outcome.result->error->kind))
+    outcome.result = fail(outcome.result->error->kind, outcome.result->error->message);
   if (outcome.result) {
     encoded = encode_program_response(job.request_id, *outcome.result, outcome.timings);
     body_status = outcome.result->completed() ? "COMPLETED" : "FAILED";

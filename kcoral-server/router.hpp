@@ -29,6 +29,7 @@ struct ServerState {
   std::string instance_id;
   std::string started_at;  // RFC 3339, UTC
   std::size_t gpu_count = 0;
+  std::string target_arch;  // "sm_90a" on a GPU server; empty on a CPU one
   std::atomic<bool> stopping{false};
   std::atomic<int> responses_pending{0};  // accepted programs whose answer is not yet written
 };

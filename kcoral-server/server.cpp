@@ -7,11 +7,13 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
 #include <thread>
 
+#include "kcoral/gpu_inventory.hpp"
 #include "kcoral/request_id.hpp"
 #include "listener.hpp"
 
@@ -51,12 +53,40 @@ int run_server(ServerConfig config) {
   }
   if (config.worker_path.empty()) config.worker_path = beside_this_binary("kcoral-worker");
 
+  WorkerPool::Config pool_config;
+  pool_config.queue_timeout_seconds = config.queue_timeout_seconds;
+  pool_config.programs_per_worker = config.programs_per_worker;
+  pool_config.zygote = {config.worker_path, config.device, config.work_root, config.python,
+                        config.programs_per_worker};
+  pool_config.workers_per_group = config.num_workers;
+  std::string target_arch;
+  if (config.device == "gpu") {
+    auto gpus = list_gpus();
+    if (!gpus) {
+      std::fprintf(stderr, "kcoral-server: --device gpu: %s\n", gpus.error().message.c_str());
+      return 1;
+    }
+    pool_config.groups.clear();
+    for (int index : config.gpus) {
+      auto gpu = std::find_if(gpus->begin(), gpus->end(), [&](const GpuInfo& g) { return g.index == index; });
+      if (gpu == gpus->end()) {
+        std::fprintf(stderr, "kcoral-server: there is no GPU %d (this machine has %zu)\n", index, gpus->size());
+        return 2;
+      }
+      pool_config.groups.push_back(gpu->uuid);
+      if (target_arch.empty()) target_arch = gpu->arch();
+      std::fprintf(stderr, "kcoral-server: GPU %d: %s, %s (%s)\n", index, gpu->name.c_str(), gpu->uuid.c_str(),
+                   gpu->arch().c_str());
+    }
+    pool_config.workers_per_group = config.workers_per_gpu;
+  }
+
   boost::asio::io_context io(static_cast<int>(config.io_threads));
   BlobStore blobs(config.blob_cache_bytes);
   Metrics metrics;
-  WorkerPool pool(io, {config.num_workers, config.queue_timeout_seconds,
-                       {config.worker_path, config.device, config.work_root, config.python}});
-  ServerState state{config, blobs, pool, metrics, new_request_id(), now_rfc3339()};
+  WorkerPool pool(io, pool_config);
+  ServerState state{config, blobs, pool, metrics, new_request_id(), now_rfc3339(),
+                    config.device == "gpu" ? pool_config.groups.size() : 0, target_arch};
 
   if (auto started = pool.start(); !started) {
     std::fprintf(stderr, "kcoral-server: %s\n", started.error().message.c_str());
@@ -73,10 +103,11 @@ int run_server(ServerConfig config) {
 
   // Listen only once the workers can take programs.
   auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(5);
-  while (!pool.ready() && std::chrono::steady_clock::now() < deadline)
+  while (!pool.ready() && pool.startup_error().empty() && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   if (!pool.ready()) {
-    std::fprintf(stderr, "kcoral-server: the workers did not start (see the messages above)\n");
+    std::fprintf(stderr, "kcoral-server: the workers did not start: %s\n",
+                 pool.startup_error().empty() ? "no answer within 5 minutes" : pool.startup_error().c_str());
     pool.drain([] {});
     stop_threads();
     return 1;
@@ -100,7 +131,7 @@ int run_server(ServerConfig config) {
   }
   listener->run();
   std::printf("kcoral-server listening on http://%s:%u (%s, %zu workers)\n", config.host.c_str(),
-              static_cast<unsigned>(*port), config.device.c_str(), config.num_workers);
+              static_cast<unsigned>(*port), config.device.c_str(), pool.load().capacity);
   std::fflush(stdout);
 
   boost::asio::signal_set signals(io, SIGINT, SIGTERM);

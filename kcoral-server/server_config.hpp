@@ -12,8 +12,9 @@ struct ServerConfig {
   std::uint16_t port = 8000;  // 0: pick a free port and print it
   std::string device = "cpu";
   std::size_t num_workers = 0;  // 0: one per CPU core (cpu mode)
-  std::vector<int> gpus{0};     // gpu mode
+  std::vector<int> gpus{0};     // gpu mode: NVML device indexes
   std::size_t workers_per_gpu = 2;
+  std::size_t programs_per_worker = 1;  // 1: every program in a fresh process
   double default_timeout_seconds = 300;
   double max_timeout_seconds = 900;
   double queue_timeout_seconds = 1800;

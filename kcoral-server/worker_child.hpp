@@ -1,6 +1,7 @@
-// A worker child: runs one program sent by the front, then is done.
+// A worker child: prepares itself, then runs the programs the front sends, one at a time.
 #pragma once
 
+#include <cstddef>
 #include <string>
 
 #include "channel.hpp"
@@ -8,9 +9,15 @@
 
 namespace kcoral {
 
-// Warms up, announces readiness, receives blobs and one program over `channel`, runs it with working
-// directories under `work_root`, kills what it left running and sends the result.
-// Returns the process exit code.
-[[nodiscard]] int serve_one_program(Executor& executor, Channel channel, const std::string& work_root);
+struct WorkerChildOptions {
+  std::string work_root;  // programs' working directories go below it
+  bool gpu = false;       // make a CUDA context (under the front's init lease) before ready
+  std::size_t programs = 1;  // programs to run before exiting: 1 keeps every program fresh
+};
+
+// Warms up (and on a GPU makes its context), announces readiness, then for each program:
+// receives blobs and the program over `channel`, runs it, kills what it left running and
+// sends the result. Returns the process exit code.
+[[nodiscard]] int serve_programs(Executor& executor, const Channel& channel, const WorkerChildOptions& options);
 
 }  // namespace kcoral

@@ -41,6 +41,7 @@ struct Options {
   std::string device = "cpu";
   std::string work_root;
   std::string python;
+  std::size_t programs_per_worker = 1;
 };
 
 void raise_descriptor_limit() {
@@ -60,6 +61,20 @@ std::string python_beside_this_binary() {
   std::string exe(path, static_cast<std::size_t>(n));
   std::string candidate = exe.substr(0, exe.rfind('/')) + "/python3";
   return ::access(candidate.c_str(), X_OK) == 0 ? candidate : std::string();
+}
+
+// os.environ[name] = value (which also sets the C environment). Needs the GIL.
+void set_environment(const char* name, const std::string& value) {
+  PyObject* os = PyImport_ImportModule("os");
+  PyObject* environ_map = os != nullptr ? PyObject_GetAttrString(os, "environ") : nullptr;
+  PyObject* text = PyUnicode_FromString(value.c_str());
+  if (environ_map == nullptr || text == nullptr || PyMapping_SetItemString(environ_map, name, text) != 0) {
+    PyErr_Clear();
+    ::setenv(name, value.c_str(), 1);
+  }
+  Py_XDECREF(text);
+  Py_XDECREF(environ_map);
+  Py_XDECREF(os);
 }
 
 class Zygote {
@@ -84,7 +99,11 @@ class Zygote {
       if (fds[0].revents & (POLLIN | POLLHUP | POLLERR)) {
         auto message = control_.receive();
         if (!message) break;  // the front is gone
-        if (*message && kcoral::message_type((*message)->json) == "fork") fork_child(signal_fd);
+        if (*message) {
+          Json request = Json::parse((*message)->json, nullptr, false);
+          if (request.is_object() && request.value("type", "") == "fork")
+            fork_child(signal_fd, request.value("visible_devices", ""));
+        }
       }
     }
     for (pid_t pid : children_) ::kill(pid, SIGKILL);
@@ -96,7 +115,7 @@ class Zygote {
  private:
   std::string child_root(pid_t pid) const { return options_.work_root + "/" + std::to_string(pid); }
 
-  void fork_child(int signal_fd) {
+  void fork_child(int signal_fd, const std::string& visible_devices) {
     auto pair = Channel::socket_pair();
     if (!pair) {
       report_error(pair.error().message);
@@ -107,6 +126,9 @@ class Zygote {
     pid_t pid = ::fork();
     if (pid == 0) {
       PyOS_AfterFork_Child();
+      // Pinned to its GPU by UUID before anything in it can touch CUDA; through
+      // os.environ, so that programs see the same value CUDA does.
+      if (!visible_devices.empty()) set_environment("CUDA_VISIBLE_DEVICES", visible_devices);
       PyGILState_Release(gil);
       ::close(signal_fd);
       (void)control_.release_socket();  // closed: only the zygote may hold the front's line
@@ -117,8 +139,10 @@ class Zygote {
       ::setsid();  // its own process group: the front kills the whole group on timeout
       ::prctl(PR_SET_PDEATHSIG, SIGKILL);
       kcoral::become_subreaper();
-      std::string root = options_.work_root + "/" + std::to_string(::getpid());
-      ::_exit(kcoral::serve_one_program(executor_, Channel(std::move(pair->second)), root));
+      Channel channel(std::move(pair->second));
+      kcoral::WorkerChildOptions child{options_.work_root + "/" + std::to_string(::getpid()),
+                                       options_.device == "gpu", options_.programs_per_worker};
+      ::_exit(kcoral::serve_programs(executor_, channel, child));
     }
     PyOS_AfterFork_Parent();
     PyGILState_Release(gil);
@@ -166,6 +190,8 @@ int main(int argc, char** argv) {
   app.add_option("--device", options.device, "cpu or gpu")->check(CLI::IsMember({"cpu", "gpu"}));
   app.add_option("--work-root", options.work_root, "where programs' working directories go")->required();
   app.add_option("--python", options.python, "the Python environment to embed");
+  app.add_option("--programs-per-worker", options.programs_per_worker, "programs a child runs before exiting")
+      ->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
 
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the front
@@ -174,7 +200,12 @@ int main(int argc, char** argv) {
   Channel control{kcoral::UniqueFd(options.control_fd)};
 
   if (options.python.empty()) options.python = python_beside_this_binary();
-  auto executor = kcoral::Executor::create({options.python, options.work_root, {"numpy"}});
+  // The heavy imports happen once, here, not in every child. A GPU parent imports torch
+  // but makes no CUDA context: CUDA does not survive fork, each child makes its own.
+  bool gpu = options.device == "gpu";
+  std::vector<std::string> preload{"numpy"};
+  if (gpu) preload.push_back("torch");
+  auto executor = kcoral::Executor::create({options.python, options.work_root, preload, gpu});
   if (!executor) {
     (void)control.send(Json{{"type", "error"}, {"message", executor.error().message}}.dump());
     return 1;

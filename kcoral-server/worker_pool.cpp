@@ -1,8 +1,5 @@
-// WorkerPool: queue, prepared children, deadlines and crash attribution.
+// WorkerPool: queue, prepared children, leases, deadlines and crash attribution.
 #include "worker_pool.hpp"
-
-#include <fcntl.h>
-#include <signal.h>
 
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/post.hpp>
@@ -11,34 +8,13 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "kcoral/remove_tree.hpp"
 #include "worker_protocol.hpp"
 
 namespace kcoral {
 
 using Clock = std::chrono::steady_clock;
 using Json = nlohmann::json;
-
-struct WorkerPool::Worker {
-  Worker(boost::asio::io_context& io, pid_t pid, UniqueFd socket)
-      : pid(pid), channel(std::move(socket)), readable(io), deadline(io), grace(io) {}
-
-  pid_t pid;
-  Channel channel;
-  boost::asio::posix::stream_descriptor readable;
-  bool ready = false;
-  std::shared_ptr<ExecuteJob> job;
-  Clock::time_point dispatched;
-  std::optional<std::size_t> progress;  // the instruction now running
-  std::vector<UniqueFd> parts;          // result parts sent ahead of the result
-  boost::asio::steady_timer deadline;
-  boost::asio::steady_timer grace;  // after a crash: time for the zygote to say how it died
-  bool closed = false;
-
-  void kill_tree() const {
-    ::kill(-pid, SIGKILL);  // the worker leads its own process group
-    ::kill(pid, SIGKILL);
-  }
-};
 
 namespace {
 
@@ -55,7 +31,12 @@ double ms_between(Clock::time_point from, Clock::time_point to) {
 }  // namespace
 
 WorkerPool::WorkerPool(boost::asio::io_context& io, Config config)
-    : io_(io), strand_(boost::asio::make_strand(io)), config_(std::move(config)), restart_timer_(io) {}
+    : io_(io),
+      strand_(boost::asio::make_strand(io)),
+      config_(std::move(config)),
+      restart_timer_(strand_),
+      program_leases_(config_.groups.size()),
+      init_leases_(config_.groups.size()) {}
 
 WorkerPool::~WorkerPool() {
   for (auto& [pid, worker] : workers_) worker->kill_tree();
@@ -69,7 +50,7 @@ Status WorkerPool::start() {
       Zygote::Callbacks{
           [this](std::map<std::string, std::string> versions) {
             {
-              std::lock_guard lock(versions_mutex_);
+              std::lock_guard lock(mutex_);
               versions_ = std::move(versions);
             }
             ready_ = true;
@@ -81,31 +62,41 @@ Status WorkerPool::start() {
   return zygote_->start();
 }
 
+std::string WorkerPool::startup_error() const {
+  std::lock_guard lock(mutex_);
+  return startup_error_;
+}
+
 void WorkerPool::submit(std::shared_ptr<ExecuteJob> job) {
   boost::asio::post(strand_, [this, job = std::move(job)]() mutable {
     if (draining_) {
       job->done({fail(ErrorKind::busy, "the server is shutting down"), {}});
       return;
     }
-    auto timer = std::make_unique<boost::asio::steady_timer>(io_);
-    timer->expires_after(std::chrono::duration_cast<Clock::duration>(
-        std::chrono::duration<double>(config_.queue_timeout_seconds)));
-    auto position = queue_.insert(queue_.end(), Queued{job, std::move(timer)});
-    position->timer->async_wait(boost::asio::bind_executor(
-        strand_, [this, job](boost::system::error_code ec) {
-          if (ec) return;
-          auto it = std::find_if(queue_.begin(), queue_.end(), [&](const Queued& q) { return q.job == job; });
-          if (it == queue_.end()) return;
-          queue_.erase(it);
-          publish_load();
-          ResponseTimings timings{ms_between(job->received, Clock::now()), 0, 0, 0};
-          job->done({fail(ErrorKind::busy, "no worker became free within the queue timeout of " +
-                                               seconds_text(config_.queue_timeout_seconds)),
-                     timings});
-        }));
-    publish_load();
+    enqueue(std::move(job), /*front=*/false);
     dispatch();
   });
+}
+
+void WorkerPool::enqueue(std::shared_ptr<ExecuteJob> job, bool front) {
+  auto timer = std::make_unique<boost::asio::steady_timer>(strand_);
+  // The queue timeout counts from the request's arrival, also for a job put back.
+  timer->expires_at(job->received + std::chrono::duration_cast<Clock::duration>(
+                                        std::chrono::duration<double>(config_.queue_timeout_seconds)));
+  timer->async_wait([this, job](boost::system::error_code ec) {
+    if (ec) return;
+    auto it = std::find_if(queue_.begin(), queue_.end(), [&](const Queued& q) { return q.job == job; });
+    if (it == queue_.end()) return;
+    queue_.erase(it);
+    publish_load();
+    job->done({fail(ErrorKind::busy, "no worker became free within the queue timeout of " +
+                                         seconds_text(config_.queue_timeout_seconds)),
+               {ms_between(job->received, Clock::now()), 0, 0, 0}});
+  });
+  Queued queued{std::move(job), std::move(timer)};
+  if (front) queue_.push_front(std::move(queued));
+  else queue_.push_back(std::move(queued));
+  publish_load();
 }
 
 void WorkerPool::drain(std::function<void()> drained) {
@@ -124,19 +115,21 @@ void WorkerPool::drain(std::function<void()> drained) {
 }
 
 WorkerPool::Load WorkerPool::load() const {
-  return {config_.capacity, running_count_.load(), waiting_count_.load()};
+  return {config_.workers_per_group * config_.groups.size(), running_count_.load(), waiting_count_.load()};
 }
 
 std::map<std::string, std::string> WorkerPool::versions() const {
-  std::lock_guard lock(versions_mutex_);
+  std::lock_guard lock(mutex_);
   return versions_;
 }
 
 void WorkerPool::on_forked(pid_t pid, UniqueFd channel) {
-  if (pending_forks_ > 0) --pending_forks_;
-  ::fcntl(channel.get(), F_SETFL, O_NONBLOCK);
-  auto worker = std::make_shared<Worker>(io_, pid, std::move(channel));
-  worker->readable.assign(::fcntl(worker->channel.fd(), F_DUPFD_CLOEXEC, 3));
+  std::size_t group = 0;
+  if (!pending_forks_.empty()) {
+    group = pending_forks_.front();  // the zygote answers fork requests in order
+    pending_forks_.pop_front();
+  }
+  auto worker = std::make_shared<PoolWorker>(strand_, pid, group, std::move(channel));
   workers_[pid] = worker;
   read_worker(worker);
 }
@@ -144,103 +137,143 @@ void WorkerPool::on_forked(pid_t pid, UniqueFd channel) {
 void WorkerPool::on_exited(pid_t pid, const std::string& how) {
   auto it = workers_.find(pid);
   if (it == workers_.end()) return;
-  WorkerPtr worker = it->second;
+  PoolWorkerPtr worker = it->second;
+  // The zygote's notice can overtake the child's last messages (its result, say), which
+  // are still in the child's channel: read those first.
+  while (!worker->closed && worker->job) {
+    auto message = worker->channel.receive();
+    if (!message || !*message) break;
+    handle_message(worker, std::move(**message));
+  }
   if (worker->job) crashed(worker, how);
-  else forget(worker);
+  else if (workers_.contains(pid)) forget(worker);
 }
 
 void WorkerPool::on_zygote_failed(const std::string& message) {
   std::fprintf(stderr, "kcoral-server: worker parent failed: %s\n", message.c_str());
-  pending_forks_ = 0;
+  pending_forks_.clear();
+  if (!ready_) {
+    std::lock_guard lock(mutex_);
+    startup_error_ = message;
+    return;  // it never started: the server reports this and exits
+  }
   if (draining_) return check_drained();
   // Running children talk to us directly and finish; new ones need a new parent.
   restart_timer_.expires_after(std::chrono::seconds(1));
-  restart_timer_.async_wait(boost::asio::bind_executor(strand_, [this](boost::system::error_code ec) {
+  restart_timer_.async_wait([this](boost::system::error_code ec) {
     if (ec || draining_) return;
     zygote_->stop();
     if (auto status = zygote_->start(); !status)
       std::fprintf(stderr, "kcoral-server: cannot restart the worker parent: %s\n",
                    status.error().message.c_str());
-  }));
+    else
+      std::fprintf(stderr, "kcoral-server: worker parent restarted\n");
+  });
 }
 
 void WorkerPool::top_up() {
-  if (draining_ || !ready_) return;
-  std::size_t starting = 0;
-  for (const auto& [pid, worker] : workers_) starting += !worker->ready && !worker->job ? 1 : 0;
-  while (idle_.size() + starting + pending_forks_ < config_.capacity) {
-    ++pending_forks_;
-    zygote_->request_fork();
+  // Without a live zygote a fork request would be lost; the restarted one's "ready"
+  // calls this again.
+  if (draining_ || !ready_ || !zygote_->running()) return;
+  std::vector<std::size_t> prepared(config_.groups.size(), 0);
+  for (const auto& [pid, worker] : workers_)
+    if (!worker->job && !worker->closed) ++prepared[worker->group];  // idle or starting
+  for (std::size_t group : pending_forks_) ++prepared[group];
+  for (std::size_t group = 0; group < config_.groups.size(); ++group) {
+    for (; prepared[group] < config_.workers_per_group; ++prepared[group]) {
+      pending_forks_.push_back(group);
+      zygote_->request_fork(config_.groups[group]);
+    }
   }
 }
 
 void WorkerPool::dispatch() {
-  while (!queue_.empty() && !idle_.empty() && running_ < config_.capacity) {
+  // Prepared workers outnumber the running ones (the next is forked while a program runs);
+  // at most workers_per_group of a group run at once.
+  std::vector<std::size_t> running(config_.groups.size(), 0);
+  for (const auto& [pid, worker] : workers_)
+    if (worker->job) ++running[worker->group];
+  while (!queue_.empty()) {
+    auto free = std::find_if(idle_.begin(), idle_.end(), [&](const PoolWorkerPtr& worker) {
+      return running[worker->group] < config_.workers_per_group;
+    });
+    if (free == idle_.end()) break;
+    PoolWorkerPtr worker = *free;
+    idle_.erase(free);
     Queued queued = std::move(queue_.front());
     queue_.pop_front();
     queued.timer->cancel();
-    WorkerPtr worker = idle_.front();
-    idle_.pop_front();
+    ++running[worker->group];
     start_job(worker, std::move(queued.job));
   }
   publish_load();
   top_up();
 }
 
-void WorkerPool::start_job(const WorkerPtr& worker, std::shared_ptr<ExecuteJob> job) {
+void WorkerPool::start_job(const PoolWorkerPtr& worker, std::shared_ptr<ExecuteJob> job) {
   worker->job = job;
+  worker->ready = false;
   worker->dispatched = Clock::now();
+  worker->progress.reset();
+  worker->interfered_request_id.reset();
   ++running_;
   RunRequest request{job->request_id, job->program_json, job->output_limit_bytes, job->max_binary_bytes};
   if (auto sent = send_run(worker->channel, request, job->blobs); !sent) {
     // The child died before it could take the job: give the job back, drop the child.
     worker->job.reset();
     --running_;
-    queue_.push_front(Queued{std::move(job), std::make_unique<boost::asio::steady_timer>(io_)});
+    enqueue(std::move(job), /*front=*/true);
     worker->kill_tree();
     forget(worker);
     return;
   }
-  worker->deadline.expires_after(std::chrono::duration_cast<Clock::duration>(
-      std::chrono::duration<double>(job->timeout_seconds)));
-  worker->deadline.async_wait(boost::asio::bind_executor(
-      strand_, [this, worker, job](boost::system::error_code ec) {
-        if (ec || worker->job != job) return;
-        worker->kill_tree();
-        finish(worker, fail(ErrorKind::timeout, "the program ran past its timeout of " +
-                                                    seconds_text(job->timeout_seconds) +
-                                                    "; its processes were killed"));
-      }));
+  worker->start_deadline(job->timeout_seconds, [this, worker, job] {
+    if (worker->job != job) return;
+    worker->kill_tree();
+    finish(worker, fail(ErrorKind::timeout, "the program ran past its timeout of " +
+                                                seconds_text(job->timeout_seconds) +
+                                                "; its processes were killed"));
+  });
 }
 
-void WorkerPool::read_worker(const WorkerPtr& worker) {
-  worker->readable.async_wait(
-      boost::asio::posix::stream_descriptor::wait_read,
-      boost::asio::bind_executor(strand_, [this, worker](boost::system::error_code ec) {
-        if (ec || worker->closed) return;
-        while (true) {
-          auto message = worker->channel.receive();
-          if (!message) return worker_closed(worker);
-          if (!*message) break;
-          handle_message(worker, std::move(**message));
-          if (worker->closed) return;
-        }
-        read_worker(worker);
-      }));
+void WorkerPool::read_worker(const PoolWorkerPtr& worker) {
+  worker->readable.async_wait(boost::asio::posix::stream_descriptor::wait_read,
+                              [this, worker](boost::system::error_code ec) {
+                                if (ec || worker->closed) return;
+                                while (true) {
+                                  auto message = worker->channel.receive();
+                                  if (!message) return worker_closed(worker);
+                                  if (!*message) break;
+                                  handle_message(worker, std::move(**message));
+                                  if (worker->closed) return;
+                                }
+                                read_worker(worker);
+                              });
 }
 
-void WorkerPool::handle_message(const WorkerPtr& worker, Message message) {
-  std::string type = message_type(message.json);
+void WorkerPool::handle_message(const PoolWorkerPtr& worker, Message message) {
+  Json json = Json::parse(message.json, nullptr, false);
+  std::string type = json.is_object() ? json.value("type", "") : "";
   if (type == "ready") {
     worker->ready = true;
     idle_.push_back(worker);
     dispatch();
   } else if (type == "progress") {
-    Json json = Json::parse(message.json, nullptr, false);
-    if (json.is_object()) worker->progress = json.value("index", std::size_t{0});
+    worker->progress = json.value("index", std::size_t{0});
+  } else if (type == "lease" || type == "init_lease") {
+    handle_lease(worker, type == "init_lease", json.value("acquire", false));
+  } else if (type == "gpu_access") {
+    // A cpu_only call used the GPU: note whose program held it at that moment.
+    if (auto holder = program_leases_.holder(worker->group)) {
+      auto it = workers_.find(static_cast<pid_t>(*holder));
+      if (it != workers_.end() && it->second->job) worker->interfered_request_id = it->second->job->request_id;
+    }
+  } else if (type == "failed") {
+    std::fprintf(stderr, "kcoral-server: a worker could not start: %s\n", json.value("message", "").c_str());
   } else if (type == "parts") {
     for (UniqueFd& fd : message.fds) worker->parts.push_back(std::move(fd));
   } else if (type == "result" && worker->job) {
+    worker->continues = json.value("continues", false);
     std::vector<UniqueFd> fds = std::move(worker->parts);
     for (UniqueFd& fd : message.fds) fds.push_back(std::move(fd));
     message.fds = std::move(fds);
@@ -248,7 +281,30 @@ void WorkerPool::handle_message(const WorkerPtr& worker, Message message) {
   }
 }
 
-void WorkerPool::worker_closed(const WorkerPtr& worker) {
+void WorkerPool::handle_lease(const PoolWorkerPtr& worker, bool initialization, bool acquire) {
+  LeaseManager& leases = initialization ? init_leases_ : program_leases_;
+  auto holder = static_cast<LeaseManager::HolderId>(worker->pid);
+  if (!acquire) {
+    leases.release(worker->group, holder);
+    return;
+  }
+  if (!initialization) worker->pause_deadline();  // lease waiting is not the program's time
+  // Granted now or, later, inside another worker's release: either way, continue on the
+  // strand, and only if this worker is still the one asking.
+  auto granted = [this, worker, initialization] {
+    boost::asio::post(strand_, [this, worker, initialization] {
+      if (worker->closed) return;
+      if (!initialization) worker->resume_deadline();
+      if (!worker->channel.send(R"({"type":"lease_granted"})")) worker->kill_tree();
+    });
+  };
+  if (auto status = leases.acquire(worker->group, holder, granted); !status) {
+    std::fprintf(stderr, "kcoral-server: %s\n", status.error().message.c_str());
+    worker->kill_tree();
+  }
+}
+
+void WorkerPool::worker_closed(const PoolWorkerPtr& worker) {
   if (!worker->job) return forget(worker);
   // Died mid-program. The zygote reports how (a signal, say) an instant later; wait
   // briefly for that, so the error can say it.
@@ -256,13 +312,14 @@ void WorkerPool::worker_closed(const WorkerPtr& worker) {
   boost::system::error_code ignored;
   worker->readable.close(ignored);
   worker->grace.expires_after(std::chrono::milliseconds(500));
-  worker->grace.async_wait(boost::asio::bind_executor(strand_, [this, worker](boost::system::error_code ec) {
+  worker->grace.async_wait([this, worker](boost::system::error_code ec) {
     if (!ec && worker->job) crashed(worker, "");
-  }));
+  });
 }
 
-void WorkerPool::crashed(const WorkerPtr& worker, const std::string& how) {
+void WorkerPool::crashed(const PoolWorkerPtr& worker, const std::string& how) {
   worker->kill_tree();
+  worker->continues = false;
   const std::shared_ptr<ExecuteJob>& job = worker->job;
   if (!worker->progress || *worker->progress >= job->program.instructions().size()) {
     finish(worker, fail(ErrorKind::engine, "the worker exited before it ran the program" +
@@ -282,28 +339,36 @@ void WorkerPool::crashed(const WorkerPtr& worker, const std::string& how) {
   finish(worker, std::move(result));
 }
 
-void WorkerPool::finish(const WorkerPtr& worker, Result<ProgramResult> result) {
+void WorkerPool::finish(const PoolWorkerPtr& worker, Result<ProgramResult> result) {
   std::shared_ptr<ExecuteJob> job = std::move(worker->job);
   if (!job) return;
-  worker->deadline.cancel();
-  worker->grace.cancel();
+  worker->cancel_timers();
   --running_;
-  Clock::time_point now = Clock::now();
+  // Whatever the worker still holds comes back here, also when it was killed.
+  LeaseTimes lease = program_leases_.finish(static_cast<LeaseManager::HolderId>(worker->pid));
+  if (result && result->error && result->error->gpu_access)
+    result->error->gpu_access->interfered_request_id = worker->interfered_request_id;
   ResponseTimings timings{ms_between(job->received, worker->dispatched),
-                          ms_between(worker->dispatched, now), 0, 0};
-  forget(worker);
+                          ms_between(worker->dispatched, Clock::now()), lease.wait_ms, lease.held_ms};
+  // A worker that goes on announces itself ready again; any other is done.
+  if (!worker->continues) forget(worker);
   job->done({std::move(result), timings});
   if (draining_) check_drained();
   else dispatch();
 }
 
-void WorkerPool::forget(const WorkerPtr& worker) {
+void WorkerPool::forget(const PoolWorkerPtr& worker) {
   worker->closed = true;
+  worker->cancel_timers();
   boost::system::error_code ignored;
   worker->readable.close(ignored);
   worker->channel = Channel();  // the child sees its channel close and exits
+  program_leases_.finish(static_cast<LeaseManager::HolderId>(worker->pid));
+  init_leases_.finish(static_cast<LeaseManager::HolderId>(worker->pid));
   std::erase(idle_, worker);
   workers_.erase(worker->pid);
+  // Normally the zygote removes this when it reaps the child; not if it died first.
+  remove_tree(config_.zygote.work_root + "/" + std::to_string(worker->pid));
   publish_load();
   top_up();
 }

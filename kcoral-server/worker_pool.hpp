@@ -1,12 +1,17 @@
 // WorkerPool: the front's queue of accepted programs and the worker processes that run
-// them, one fresh process per program.
+// them, a fresh process per program by default.
 //
-// The pool keeps as many prepared children as it has capacity, forked ahead of time by
-// the zygote, so a program starts on a process that is already up. A job waits in the
+// Workers come in groups: one per GPU on a GPU server (each worker pinned to its GPU by
+// UUID), a single group on a CPU server. The pool keeps each group's prepared children
+// at its size, forked ahead of time by the zygote, so a program starts on a process that
+// is already up. It also brokers the GPU leases its workers ask for: the program lease
+// (first come first served, handed straight to the longest waiter) and the lease under
+// which a new worker makes its CUDA context, one at a time per GPU. A job waits in the
 // queue for at most the queue timeout (then: busy); a running job that passes its
-// deadline has its worker's process tree killed (then: timeout); a worker that dies
-// mid-program fails the instruction it was running. Every mutation happens on the
-// pool's strand; submit(), drain(), load() and versions() may be called from any thread.
+// deadline, lease waiting not counted, has its worker's process tree killed (then:
+// timeout); a worker that dies mid-program fails the instruction it was running and its
+// leases return. Every mutation happens on the pool's strand; submit(), drain(), load()
+// and versions() may be called from any thread.
 #pragma once
 
 #include <sys/types.h>
@@ -22,9 +27,11 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "execute_job.hpp"
 #include "kcoral/lease_manager.hpp"
+#include "pool_worker.hpp"
 #include "zygote.hpp"
 
 namespace kcoral {
@@ -32,7 +39,11 @@ namespace kcoral {
 class WorkerPool {
  public:
   struct Config {
-    std::size_t capacity = 1;
+    std::size_t workers_per_group = 1;
+    // One group per entry: the CUDA_VISIBLE_DEVICES value (a GPU's UUID) of its workers;
+    // a single empty entry on a CPU server.
+    std::vector<std::string> groups{""};
+    std::size_t programs_per_worker = 1;  // 1: a fresh process for every program
     double queue_timeout_seconds = 1800;
     ZygoteConfig zygote;
   };
@@ -56,27 +67,29 @@ class WorkerPool {
   [[nodiscard]] Load load() const;
   [[nodiscard]] std::map<std::string, std::string> versions() const;
   [[nodiscard]] bool ready() const { return ready_.load(); }
+  // Why the workers cannot start, once that is known (empty until then).
+  [[nodiscard]] std::string startup_error() const;
 
  private:
-  struct Worker;
   struct Queued {
     std::shared_ptr<ExecuteJob> job;
     std::unique_ptr<boost::asio::steady_timer> timer;
   };
-  using WorkerPtr = std::shared_ptr<Worker>;
 
+  void enqueue(std::shared_ptr<ExecuteJob> job, bool front);
   void on_forked(pid_t pid, UniqueFd channel);
   void on_exited(pid_t pid, const std::string& how);
   void on_zygote_failed(const std::string& message);
   void top_up();
   void dispatch();
-  void start_job(const WorkerPtr& worker, std::shared_ptr<ExecuteJob> job);
-  void read_worker(const WorkerPtr& worker);
-  void handle_message(const WorkerPtr& worker, Message message);
-  void worker_closed(const WorkerPtr& worker);
-  void finish(const WorkerPtr& worker, Result<ProgramResult> result);
-  void crashed(const WorkerPtr& worker, const std::string& how);
-  void forget(const WorkerPtr& worker);
+  void start_job(const PoolWorkerPtr& worker, std::shared_ptr<ExecuteJob> job);
+  void read_worker(const PoolWorkerPtr& worker);
+  void handle_message(const PoolWorkerPtr& worker, Message message);
+  void handle_lease(const PoolWorkerPtr& worker, bool initialization, bool acquire);
+  void worker_closed(const PoolWorkerPtr& worker);
+  void finish(const PoolWorkerPtr& worker, Result<ProgramResult> result);
+  void crashed(const PoolWorkerPtr& worker, const std::string& how);
+  void forget(const PoolWorkerPtr& worker);
   void publish_load();
   void check_drained();
 
@@ -85,11 +98,13 @@ class WorkerPool {
   Config config_;
   std::unique_ptr<Zygote> zygote_;
   boost::asio::steady_timer restart_timer_;
+  LeaseManager program_leases_;  // per group (GPU)
+  LeaseManager init_leases_;     // per group: one CUDA context made at a time
 
-  std::map<pid_t, WorkerPtr> workers_;  // every live child we know of
-  std::deque<WorkerPtr> idle_;
+  std::map<pid_t, PoolWorkerPtr> workers_;  // every live child we know of
+  std::deque<PoolWorkerPtr> idle_;
+  std::deque<std::size_t> pending_forks_;  // the group of each fork asked for, in order
   std::size_t running_ = 0;
-  std::size_t pending_forks_ = 0;
   std::list<Queued> queue_;
   bool draining_ = false;
   std::function<void()> drained_;
@@ -97,8 +112,9 @@ class WorkerPool {
   std::atomic<bool> ready_{false};
   std::atomic<std::size_t> running_count_{0};
   std::atomic<std::size_t> waiting_count_{0};
-  mutable std::mutex versions_mutex_;
+  mutable std::mutex mutex_;  // for the two below
   std::map<std::string, std::string> versions_;
+  std::string startup_error_;
 };
 
 }  // namespace kcoral

@@ -32,8 +32,9 @@ Status send_run(const Channel& channel, const RunRequest& request, const BlobMap
   return channel.send(run.dump());
 }
 
-Status send_result(const Channel& channel, const ProgramResult& result) {
+Status send_result(const Channel& channel, const ProgramResult& result, bool continues) {
   Json message{{"type", "result"},
+               {"continues", continues},
                {"results", result.results_json},
                {"stdout", result.stdout_output.text},
                {"stdout_truncated", result.stdout_output.truncated},

@@ -5,8 +5,11 @@
 //                   {"type":"lease_granted"}
 // worker -> front   {"type":"progress","index":i}     before instruction i
 //                   {"type":"lease","acquire":bool}   ask for / give back the GPU
+//                   {"type":"init_lease","acquire":bool}  the same, to make a CUDA context
+//                   {"type":"gpu_access"}            a cpu_only call just used the GPU
+//                   {"type":"failed","message":…}    the worker could not prepare itself
 //                   {"type":"result",…} + one memfd per binary part
-// zygote <-> front  {"type":"fork"} / {"type":"ready","versions":{…}},
+// zygote <-> front  {"type":"fork","visible_devices":…} / {"type":"ready","versions":{…}},
 //                   {"type":"forked","pid":p} + the child's channel, {"type":"exited",…}
 // Both ends are this project's code, so parsing is by nlohmann::json, not the strict codec.
 #pragma once
@@ -32,8 +35,9 @@ struct RunRequest {
 // Sends the blobs (in batches of descriptors) and then the run message.
 [[nodiscard]] Status send_run(const Channel& channel, const RunRequest& request, const BlobMap& blobs);
 
-// Sends a finished program's result with its parts as descriptors.
-[[nodiscard]] Status send_result(const Channel& channel, const ProgramResult& result);
+// Sends a finished program's result with its parts as descriptors; `continues` says
+// whether this worker takes another program afterwards.
+[[nodiscard]] Status send_result(const Channel& channel, const ProgramResult& result, bool continues = false);
 [[nodiscard]] Result<ProgramResult> decode_result(Message message);
 
 // The "type" field of a message, or "" when it has none.

@@ -30,7 +30,8 @@ Status Zygote::start() {
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, pair->second.get(), 3);  // dup2 clears CLOEXEC
   std::vector<std::string> args{config_.worker_path, "--control-fd", "3", "--device", config_.device,
-                                "--work-root", config_.work_root};
+                                "--work-root", config_.work_root, "--programs-per-worker",
+                                std::to_string(config_.programs_per_worker)};
   if (!config_.python.empty()) {
     args.push_back("--python");
     args.push_back(config_.python);
@@ -60,8 +61,9 @@ Status Zygote::start() {
   return {};
 }
 
-void Zygote::request_fork() {
-  if (channel_.valid() && !channel_.send(R"({"type":"fork"})")) lost("the worker parent stopped answering");
+void Zygote::request_fork(const std::string& visible_devices) {
+  Json request{{"type", "fork"}, {"visible_devices", visible_devices}};
+  if (channel_.valid() && !channel_.send(request.dump())) lost("the worker parent stopped answering");
 }
 
 void Zygote::stop() {

@@ -24,6 +24,7 @@ struct ZygoteConfig {
   std::string device = "cpu";
   std::string work_root;
   std::string python;
+  std::size_t programs_per_worker = 1;
 };
 
 class Zygote {
@@ -42,10 +43,13 @@ class Zygote {
   ~Zygote();
 
   [[nodiscard]] Status start();
-  void request_fork();
+  // Asks for one more prepared child, to run with CUDA_VISIBLE_DEVICES set to
+  // `visible_devices` (a GPU's UUID; empty on a CPU server).
+  void request_fork(const std::string& visible_devices);
   // Ends the zygote; it kills its children on the way out.
   void stop();
   [[nodiscard]] pid_t pid() const { return pid_; }
+  [[nodiscard]] bool running() const { return pid_ > 0 && channel_.valid(); }
 
  private:
   void wait_readable();

@@ -24,7 +24,7 @@ class CpuDevice final : public Device {
                                                shape.get()));
   }
 
-  PyRef load_library(const Blob&) override {
+  PyRef load_library(const std::string&) override {
     throw InstructionFailure{ErrorKind::unavailable,
                              "library uploads need a GPU server; this server runs on the CPU", ""};
   }
@@ -51,5 +51,11 @@ class CpuDevice final : public Device {
 std::unique_ptr<Device> make_cpu_device(PyObject* support) {
   return std::make_unique<CpuDevice>(support);
 }
+
+#ifndef KCORAL_HAVE_CUDA
+Result<std::unique_ptr<Device>> make_gpu_device(PyObject*) {
+  return fail(ErrorKind::unavailable, "this build of kcoral has no GPU support (CUDA was not found when it was built)");
+}
+#endif
 
 }  // namespace kcoral

@@ -7,6 +7,7 @@
 // InstructionFailure. Not thread-safe.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -14,6 +15,7 @@
 #include "kcoral/blob.hpp"
 #include "kcoral/error.hpp"
 #include "kcoral/program.hpp"
+#include "kcoral/program_result.hpp"
 #include "python/py_ref.hpp"
 
 namespace kcoral {
@@ -23,19 +25,40 @@ struct InstructionFailure {
   ErrorKind kind;
   std::string message;
   std::string traceback;
+  std::optional<GpuAccessDetail> gpu_access = std::nullopt;
+};
+
+// Watches one cpu_only call; verdict() says whether it used the GPU after all.
+class CpuOnlyWatch {
+ public:
+  virtual ~CpuOnlyWatch() = default;
+  [[nodiscard]] virtual std::optional<InstructionFailure> verdict() const = 0;
 };
 
 class Device {
  public:
   virtual ~Device() = default;
+  // Makes the device usable in this process (a CUDA context); once, before programs.
+  [[nodiscard]] virtual Status prepare() { return {}; }
   [[nodiscard]] virtual python::PyRef make_tensor(const Blob& blob, const Upload& upload) = 0;
-  [[nodiscard]] virtual python::PyRef load_library(const Blob& blob) = 0;
+  // Loads the shared library written at `path`.
+  [[nodiscard]] virtual python::PyRef load_library(const std::string& path) = 0;
   [[nodiscard]] virtual python::PyRef library_function(PyObject* library, const std::string& name) = 0;
   // Waits for outstanding device work; an error here poisons the worker.
   [[nodiscard]] virtual Status synchronize() = 0;
+  // Takes (and clears) an error CUDA holds for the next caller, as from a kernel launch
+  // nobody checked; nullopt when there is none.
+  [[nodiscard]] virtual std::optional<std::string> take_last_error() { return std::nullopt; }
+  // Starts watching a cpu_only call; nullptr where there is no GPU to protect.
+  [[nodiscard]] virtual std::unique_ptr<CpuOnlyWatch> watch_cpu_only(
+      const std::string& /*uploaded_code_dir*/, std::function<void(const GpuAccessDetail&)> /*on_violation*/) {
+    return nullptr;
+  }
 };
 
 // `support` is the executor's Python helper module (_kcoral_executor).
 [[nodiscard]] std::unique_ptr<Device> make_cpu_device(PyObject* support);
+// Fails (unavailable) in a build without CUDA, or without a usable GPU.
+[[nodiscard]] Result<std::unique_ptr<Device>> make_gpu_device(PyObject* support);
 
 }  // namespace kcoral

@@ -65,7 +65,13 @@ Result<std::unique_ptr<Executor>> Executor::create(ExecutorOptions options) {
   python::Gil gil;
   try {
     impl->support = import_support();
-    impl->device = make_cpu_device(impl->support.get());
+    if (impl->options.gpu) {
+      auto device = make_gpu_device(impl->support.get());
+      if (!device) return std::unexpected(device.error());
+      impl->device = std::move(*device);
+    } else {
+      impl->device = make_cpu_device(impl->support.get());
+    }
     // Best effort: a module that is not installed fails the programs that use it, later.
     for (const std::string& name : impl->options.preload_modules) {
       PyRef module = PyRef::steal(PyImport_ImportModule(name.c_str()));
@@ -84,6 +90,11 @@ ProgramResult Executor::run(const Program& program, const BlobMap& blobs, GpuLea
                            options.work_root.empty() ? impl_->options.work_root : options.work_root,
                            impl_->modules_loaded};
   return ProgramRun(context, program, blobs, lease, options).execute();
+}
+
+Status Executor::prepare_device() {
+  python::Gil gil;
+  return impl_->device->prepare();
 }
 
 void Executor::prepare_for_fork() {

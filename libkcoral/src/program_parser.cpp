@@ -299,18 +299,19 @@ class ProgramValidator {
     if (array_of(shape).size() > limits_.max_shape_rank)
       return fail(ErrorKind::parse, "'shape' has more than " + std::to_string(limits_.max_shape_rank) +
                                         " dimensions");
-    std::uint64_t bytes = item_size(upload.dtype);
-    bool empty = false;
     for (element dim : array_of(shape)) {
       if (dim.type() != element_type::INT64 || dim.get_int64().value_unsafe() < 0)
         return fail(ErrorKind::parse, "'shape' must be an array of integers >= 0");
-      auto extent = static_cast<std::uint64_t>(dim.get_int64().value_unsafe());
-      upload.shape.push_back(static_cast<std::int64_t>(extent));
-      if (extent == 0) empty = true;
-      else if (!empty && bytes > limits_.max_tensor_bytes / extent)
+      upload.shape.push_back(dim.get_int64().value_unsafe());
+    }
+    // A zero extent anywhere makes an empty tensor, however large the others are.
+    if (std::find(upload.shape.begin(), upload.shape.end(), 0) != upload.shape.end()) return {};
+    std::uint64_t bytes = item_size(upload.dtype);
+    for (std::int64_t extent : upload.shape) {
+      if (bytes > limits_.max_tensor_bytes / static_cast<std::uint64_t>(extent))
         return fail(ErrorKind::parse, "the tensor's shape describes more than " +
                                           std::to_string(limits_.max_tensor_bytes) + " bytes");
-      else if (!empty) bytes *= extent;
+      bytes *= static_cast<std::uint64_t>(extent);
     }
     return {};
   }
@@ -323,10 +324,6 @@ class ProgramValidator {
     GetFunction get{std::move(id), {}, {}, false};
     Result<Ref> module = read_reference(obj.at_key("module").value_unsafe(), "'module'");
     if (!module) return std::unexpected(module.error());
-    const std::string& target_kind = kinds_.at(module->id);
-    if (target_kind != "module" && target_kind != "library")
-      return fail(ErrorKind::parse, "'module' references " + shown(module->id) +
-                                        ", which is not a module or library upload");
     get.module = std::move(*module);
     Result<std::string> name = read_string(obj, "name", true);
     if (!name) return std::unexpected(name.error());
@@ -417,9 +414,13 @@ Result<Program> Program::parse(std::string_view json, const ProgramLimits& limit
   simdjson::dom::element root;
   if (auto error = parser.parse(json.data(), json.size()).get(root)) {
     std::string message = "malformed JSON in the program: ";
-    message += error == simdjson::DEPTH_ERROR
-                   ? "nested deeper than " + std::to_string(limits.max_depth) + " levels"
-                   : std::string(simdjson::error_message(error));
+    if (error == simdjson::DEPTH_ERROR)
+      message += "nested deeper than " + std::to_string(limits.max_depth) + " levels";
+    else if (error == simdjson::NUMBER_ERROR)
+      message += "a number is malformed or out of range (integers must fit in 64 bits, other "
+                 "numbers in a double; pass larger integers as strings)";
+    else
+      message += simdjson::error_message(error);
     return fail(ErrorKind::parse, message);
   }
   if (auto status = reject_duplicate_keys(root); !status) return std::unexpected(status.error());

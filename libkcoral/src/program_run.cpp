@@ -29,6 +29,18 @@ std::string sanitized(std::string_view id) {
   return out;
 }
 
+// Writes a file of the executor's own (module source, library) outside the workspace.
+Status write_new_file(const std::string& path, std::string_view data) {
+  UniqueFd file(::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+  while (file && !data.empty()) {
+    ssize_t n = ::write(file.get(), data.data(), data.size());
+    if (n <= 0) break;
+    data.remove_prefix(static_cast<std::size_t>(n));
+  }
+  if (!file || !data.empty()) return fail(ErrorKind::engine, "cannot write " + path);
+  return {};
+}
+
 InstructionFailure failure_from(const PythonException& e, ErrorKind kind) {
   return {kind, e.error().summary(), e.error().traceback};
 }
@@ -41,6 +53,8 @@ ProgramRun::ProgramRun(ExecutionContext context, const Program& program, const B
   for (const Instruction& instruction : program.instructions()) {
     if (const auto* get = std::get_if<GetFunction>(&instruction); get && get->cpu_only)
       cpu_only_functions_.insert(get->id);
+    if (const auto* upload = std::get_if<Upload>(&instruction); upload && !upload->id.empty())
+      uploads_.emplace(upload->id, upload->kind);
   }
 }
 
@@ -109,6 +123,7 @@ void ProgramRun::run_instructions() {
       std::visit([this](const auto& instruction) { execute(instruction); }, instructions[current_]);
     } catch (const InstructionFailure& failure) {
       fail(current_, failure.kind, failure.message, failure.traceback);
+      result_.error->gpu_access = failure.gpu_access;
     } catch (const PythonException& e) {
       fail(current_, ErrorKind::runtime, e.error().summary(), e.error().traceback);
     } catch (const std::exception& e) {
@@ -132,9 +147,25 @@ void ProgramRun::place_lease(const Instruction& instruction) {
   }
   if (off_gpu) {
     drop_lease();
-  } else if (auto status = lease_.acquire(); !status) {
+  } else if (auto status = take_lease(); !status) {
     throw InstructionFailure{ErrorKind::engine, "cannot take the GPU lease: " + status.error().message, ""};
   }
+}
+
+Status ProgramRun::take_lease() {
+  if (lease_.held()) return {};
+  auto asked = std::chrono::steady_clock::now();
+  Status status = lease_.acquire();
+  held_since_ = std::chrono::steady_clock::now();
+  result_.lease_wait_ms += std::chrono::duration<double, std::milli>(held_since_ - asked).count();
+  return status;
+}
+
+void ProgramRun::give_lease_back() {
+  if (!lease_.held()) return;
+  lease_.release();
+  result_.lease_held_ms +=
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - held_since_).count();
 }
 
 void ProgramRun::drop_lease() {
@@ -142,15 +173,21 @@ void ProgramRun::drop_lease() {
   // Hand over an idle GPU: whatever this program queued must finish on its own time.
   if (auto status = context_.device.synchronize(); !status)
     throw InstructionFailure{ErrorKind::runtime, status.error().message, ""};
-  lease_.release();
+  give_lease_back();
 }
 
 void ProgramRun::clean_up() {
   if (!lease_.has_gpu()) return;
   std::optional<Error> problem;
-  if (auto status = lease_.acquire(); !status) problem = status.error();
-  else if (auto synced = context_.device.synchronize(); !synced) problem = synced.error();
-  lease_.release();
+  if (auto status = take_lease(); !status) {
+    problem = status.error();
+  } else if (auto synced = context_.device.synchronize(); !synced) {
+    problem = synced.error();
+    result_.device_lost = true;  // a sticky error: this context is done for
+  } else if (auto pending = context_.device.take_last_error()) {
+    problem = Error{ErrorKind::runtime, *pending};
+  }
+  give_lease_back();
   if (problem && !result_.error) fail(current_, ErrorKind::runtime, problem->message, "");
 }
 
@@ -187,31 +224,33 @@ void ProgramRun::execute(const Upload& upload) {
         values_[upload.id] = KCORAL_PY_CHECK(PyUnicode_FromStringAndSize(
             upload.path.data(), static_cast<Py_ssize_t>(upload.path.size())));
       return;
-    case UploadKind::library:
+    case UploadKind::library: {
+      std::string path = own_file_path(upload.id, ".so");
+      if (auto written = write_new_file(path, blob(upload.blob).view()); !written)
+        throw InstructionFailure{ErrorKind::engine, written.error().message, ""};
       try {
-        values_[upload.id] = context_.device.load_library(blob(upload.blob));
+        values_[upload.id] = context_.device.load_library(path);
       } catch (const PythonException& e) {
         throw failure_from(e, ErrorKind::compile);
       }
       return;
+    }
   }
+}
+
+std::string ProgramRun::own_file_path(const std::string& id, const char* extension) const {
+  std::string stem = workspace_->modules_dir() + "/" + sanitized(id);
+  std::string path = stem + extension;
+  for (int n = 2; ::access(path.c_str(), F_OK) == 0; ++n) path = stem + "_" + std::to_string(n) + extension;
+  return path;
 }
 
 PyRef ProgramRun::load_module(const Upload& upload) {
   std::string stem = sanitized(upload.id);
-  std::string path = workspace_->modules_dir() + "/" + stem + ".py";
-  for (int n = 2; ::access(path.c_str(), F_OK) == 0; ++n)
-    path = workspace_->modules_dir() + "/" + stem + "_" + std::to_string(n) + ".py";
-  {
-    UniqueFd file(::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
-    std::string_view source = upload.source;
-    while (file && !source.empty()) {
-      ssize_t n = ::write(file.get(), source.data(), source.size());
-      if (n <= 0) break;
-      source.remove_prefix(static_cast<std::size_t>(n));
-    }
-  }
-  std::string name = "kcoral_upload_" + std::to_string(++context_.modules_loaded) + "_" + stem;
+  std::string path = own_file_path(upload.id, ".py");
+  if (auto written = write_new_file(path, upload.source); !written)
+    throw InstructionFailure{ErrorKind::engine, written.error().message, ""};
+  std::string name = python::kUploadedModulePrefix + std::to_string(++context_.modules_loaded) + "_" + stem;
   registered_modules_.push_back(name);
   try {
     return KCORAL_PY_CHECK(PyObject_CallMethod(
@@ -225,6 +264,11 @@ PyRef ProgramRun::load_module(const Upload& upload) {
 
 void ProgramRun::execute(const GetFunction& get) {
   PyObject* module = value(get.module);
+  auto upload = uploads_.find(get.module.id);
+  if (upload == uploads_.end() ||
+      (upload->second != UploadKind::module && upload->second != UploadKind::library))
+    throw InstructionFailure{ErrorKind::unavailable, "get_function needs a module or library upload; '" +
+                                                         get.module.id + "' is not one", ""};
   if (auto source = module_sources_.find(get.module.id); source != module_sources_.end()) {
     values_[get.id] = KCORAL_PY_CHECK(PyObject_CallMethod(
         context_.support, "cuda_source", "Os#", module, get.name.data(),
@@ -262,7 +306,18 @@ void ProgramRun::execute(const Run& run) {
                                                           std::get<JsonLiteral>(run.args[i]).json.c_str()));
     PyTuple_SET_ITEM(args.get(), static_cast<Py_ssize_t>(i), arg.release());
   }
+  std::unique_ptr<CpuOnlyWatch> watch;
+  if (cpu_only_functions_.contains(run.fn.id))
+    watch = context_.device.watch_cpu_only(workspace_->modules_dir(), options_.on_gpu_access);
   PyObject* result = PyObject_Call(function, args.get(), nullptr);
+  if (watch) {
+    // Using the GPU without the lease is the first fault, whatever happened after it.
+    if (auto verdict = watch->verdict()) {
+      Py_XDECREF(result);
+      PyErr_Clear();
+      throw std::move(*verdict);
+    }
+  }
   if (result == nullptr) {
     python::PythonError error = python::fetch_python_error();
     // An assert in the uploaded code (or torch.testing.assert_close) is a failed check.
@@ -282,6 +337,8 @@ void ProgramRun::execute(const ReturnValue& ret) {
         static_cast<Py_ssize_t>(ret.key.size()), static_cast<Py_ssize_t>(parts_.size()),
         static_cast<unsigned long long>(options_.max_binary_bytes - binary_bytes_)));
   } catch (const PythonException& e) {
+    if (e.error().type_name == "_kcoral_executor.ResponseTooLarge")
+      throw InstructionFailure{ErrorKind::response_too_large, e.error().message, ""};
     bool ours = e.error().type_name == "_kcoral_executor.SerializationError";
     throw InstructionFailure{ErrorKind::serialization, ours ? e.error().message : e.error().summary(),
                              ours ? "" : e.error().traceback};
@@ -379,12 +436,13 @@ void ProgramRun::fail(std::size_t index, ErrorKind kind, std::string message, st
 std::string ProgramRun::decode_output(const std::string& bytes) const {
   PyRef text = PyRef::steal(
       PyUnicode_DecodeUTF8(bytes.data(), static_cast<Py_ssize_t>(bytes.size()), "replace"));
-  const char* utf8 = text ? PyUnicode_AsUTF8(text.get()) : nullptr;
+  Py_ssize_t size = 0;
+  const char* utf8 = text ? PyUnicode_AsUTF8AndSize(text.get(), &size) : nullptr;
   if (utf8 == nullptr) {
     PyErr_Clear();
     return {};
   }
-  return utf8;
+  return std::string(utf8, static_cast<std::size_t>(size));  // NUL bytes included
 }
 
 }  // namespace kcoral

@@ -42,6 +42,9 @@ class ProgramRun {
   void run_instructions();
   void place_lease(const Instruction& instruction);
   void drop_lease();
+  // The lease, with the time waited for it and held added to the result.
+  [[nodiscard]] Status take_lease();
+  void give_lease_back();
   void clean_up();
 
   void execute(const Upload& upload);
@@ -51,6 +54,8 @@ class ProgramRun {
   void execute(const ReturnPath& ret);
 
   python::PyRef load_module(const Upload& upload);
+  // A new file for an upload's own bytes (module source, library) outside the workspace.
+  std::string own_file_path(const std::string& id, const char* extension) const;
   const Blob& blob(const std::string& digest) const;
   PyObject* value(const Ref& ref) const;
   void fail(std::size_t index, ErrorKind kind, std::string message, std::string traceback);
@@ -67,11 +72,13 @@ class ProgramRun {
   std::unordered_map<std::string, python::PyRef> values_;
   std::unordered_map<std::string, std::string> module_sources_;  // cuda uploads: id -> text
   std::unordered_set<std::string> cpu_only_functions_;
+  std::unordered_map<std::string, UploadKind> uploads_;  // upload id -> kind
   std::vector<std::string> registered_modules_;  // sys.modules names to drop afterwards
   std::vector<std::pair<std::string, std::string>> results_;  // key -> JSON text
   std::vector<Blob> parts_;
   std::uint64_t binary_bytes_ = 0;
   std::size_t current_ = 0;
+  std::chrono::steady_clock::time_point held_since_;
   ProgramResult result_;
 };
 

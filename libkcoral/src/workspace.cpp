@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <set>
+#include <utility>
 
 namespace kcoral {
 namespace {
@@ -61,8 +62,8 @@ Result<std::string> read_regular(int directory, const std::string& name, const s
     return fail(ErrorKind::serialization, "'" + shown + "' is not a regular file");
   auto size = static_cast<std::uint64_t>(before.st_size);
   if (size > budget_bytes)
-    return fail(ErrorKind::serialization, "'" + shown + "' (" + std::to_string(size) +
-                                              " bytes) would exceed the server's response limit");
+    return fail(ErrorKind::response_too_large, "'" + shown + "' (" + std::to_string(size) +
+                                                   " bytes) would exceed the server's response limit");
   std::string data(size, '\0');
   std::size_t done = 0;
   while (done < size) {
@@ -139,6 +140,21 @@ Result<Workspace> Workspace::create(const std::string& root) {
   if (::mkdir(workspace.work_dir_.c_str(), 0700) != 0 || ::mkdir(workspace.modules_dir_.c_str(), 0700) != 0)
     return fail(ErrorKind::engine, "cannot create a working directory: " + errno_text());
   return workspace;
+}
+
+Workspace::Workspace(Workspace&& other) noexcept
+    : root_(std::exchange(other.root_, {})),
+      work_dir_(std::move(other.work_dir_)),
+      modules_dir_(std::move(other.modules_dir_)) {}
+
+Workspace& Workspace::operator=(Workspace&& other) noexcept {
+  if (this != &other) {
+    if (!root_.empty()) remove_tree(root_);
+    root_ = std::exchange(other.root_, {});
+    work_dir_ = std::move(other.work_dir_);
+    modules_dir_ = std::move(other.modules_dir_);
+  }
+  return *this;
 }
 
 Workspace::~Workspace() {

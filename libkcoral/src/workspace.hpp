@@ -32,8 +32,8 @@ struct FolderSnapshot {
 class Workspace {
  public:
   [[nodiscard]] static Result<Workspace> create(const std::string& root);
-  Workspace(Workspace&&) noexcept = default;
-  Workspace& operator=(Workspace&&) noexcept = default;
+  Workspace(Workspace&& other) noexcept;
+  Workspace& operator=(Workspace&& other) noexcept;
   ~Workspace();
 
   [[nodiscard]] const std::string& work_dir() const { return work_dir_; }

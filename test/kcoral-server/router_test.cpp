@@ -252,11 +252,7 @@ TEST_CASE("while stopping, answers to other requests close the connection") {
   }
 }
 
-// BUG: route() in kcoral-server/router.cpp computes `keep_alive = request.keep_alive() &&
-// !state.stopping`, but health() and execute()'s immediate answers use request.keep_alive()
-// instead, so while the server stops, the 503 answers of /health and /execute keep the
-// HTTP/1.1 connection open (no "Connection: close") unlike /metrics and errors.
-TEST_CASE("while stopping, /health and /execute answers close the connection too" * doctest::may_fail()) {
+TEST_CASE("while stopping, /health and /execute answers close the connection too") {
   ServerFixture server;
   server.state.stopping = true;
   auto health = server.get("/health");

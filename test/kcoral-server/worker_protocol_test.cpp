@@ -117,15 +117,7 @@ TEST_CASE("many blobs travel in batches under the descriptor limit") {
   CHECK(kcoral::message_type(messages[2].json) == "run");
 }
 
-// BUG: the front's end of a worker channel is made non-blocking (PoolWorker's constructor
-// in pool_worker.cpp; WorkerPool::on_forked before it), yet WorkerPool::start_job calls
-// send_run on it synchronously, and Channel::send (channel.cpp) fails with "sendmsg:
-// Resource temporarily unavailable" instead of waiting when the socket buffer is full. A
-// job with a few thousand blobs (max_parts allows 100000) fills the buffer faster than
-// even an eager worker reads; send_run fails; start_job kills the worker and pushes the
-// job back to the front of the queue with a queue timer that is never armed, to fail the
-// same way on every next worker.
-TEST_CASE("send_run over the pool's non-blocking channel delivers thousands of blobs" * doctest::may_fail()) {
+TEST_CASE("send_run over the pool's non-blocking channel delivers thousands of blobs") {
   auto pair = connected();  // the front's end non-blocking, as the pool makes it
   ::fcntl(pair.worker.fd(), F_SETFL, 0);  // the worker blocks in receive, reading eagerly
   kcoral::Blob shared = blob_of("one memfd for every digest");

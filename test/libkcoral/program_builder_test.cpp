@@ -159,10 +159,10 @@ TEST_CASE("a module source or id that is not UTF-8 fails the build with parse") 
   CHECK(build_error(id).kind == ErrorKind::parse);
 }
 
-TEST_CASE("a get_function on a bytes upload fails the build") {
+TEST_CASE("a get_function on a bytes upload builds: it fails when it runs") {
   ProgramBuilder b;
   b.get_function("f", b.upload_bytes("b", "x"), "f");
-  CHECK(build_error(b).message.find("not a module or library") != std::string::npos);
+  CHECK(b.build().has_value());
 }
 
 TEST_CASE("a tensor shape is validated by build(); an empty tensor is fine") {

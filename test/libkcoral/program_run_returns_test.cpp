@@ -39,9 +39,11 @@ TEST_CASE("scalars become typed nodes") {
   CHECK(out_of(returning("-7")) == Json{{"type", "integer"}, {"value", -7}});
   CHECK(out_of(returning("0.25")) == Json{{"type", "number"}, {"value", 0.25}});
   CHECK(out_of(returning("'héllo \\u2603'")) == Json{{"type", "string"}, {"value", "héllo ☃"}});
-  CHECK(out_of(returning("np.int64(3)", "import numpy as np")) == Json{{"type", "integer"}, {"value", 3}});
-  CHECK(out_of(returning("np.float32(0.5)", "import numpy as np")) == Json{{"type", "number"}, {"value", 0.5}});
-  CHECK(out_of(returning("np.bool_(True)", "import numpy as np")) == Json{{"type", "boolean"}, {"value", true}});
+  // numpy scalars are not in the protocol's value table: convert them first.
+  CHECK(failure_kind(returning("np.int64(3)", "import numpy as np")) == ErrorKind::serialization);
+  CHECK(failure_kind(returning("np.bool_(True)", "import numpy as np")) == ErrorKind::serialization);
+  // np.float64 is a float.
+  CHECK(out_of(returning("np.float64(0.5)", "import numpy as np")) == Json{{"type", "number"}, {"value", 0.5}});
 }
 
 TEST_CASE("integers wider than 64 bits are written exactly") {

@@ -37,6 +37,9 @@ struct ExecutorOptions {
   // Modules imported once when the executor is made, so programs do not pay for them
   // (a worker parent imports numpy, or torch, before it forks per-program children).
   std::vector<std::string> preload_modules;
+  // Run programs on a GPU: CUDA torch tensors, TVM FFI libraries, lease-aware device
+  // draining, watched cpu_only calls. Needs a build with CUDA.
+  bool gpu = false;
 };
 
 struct RunOptions {
@@ -46,6 +49,9 @@ struct RunOptions {
   std::function<void(std::size_t)> on_instruction;
   // Overrides ExecutorOptions::work_root for this run.
   std::string work_root;
+  // Called from inside the CUDA call when a cpu_only function uses the GPU (the server
+  // uses it to note whose program the GPU was leased to at that moment).
+  std::function<void(const GpuAccessDetail&)> on_gpu_access;
 };
 
 class Executor {
@@ -62,6 +68,10 @@ class Executor {
   // What the interpreter's environment has installed: python, numpy, torch, … (read
   // from package metadata, nothing imported).
   [[nodiscard]] std::map<std::string, std::string> versions();
+
+  // Makes the device usable in this process (on a GPU: its CUDA context, and torch's),
+  // before the first program. A process that forks children calls it in each child.
+  [[nodiscard]] Status prepare_device();
 
   // For a process that forks one child per program: moves every object alive now out of
   // the garbage collector's reach (gc.freeze), so that collections in a child do not

@@ -46,6 +46,9 @@ struct ProgramResult {
   double elapsed_ms = 0;
   double lease_wait_ms = 0;
   double lease_held_ms = 0;
+  // The device failed in a way that outlives the program (a sticky CUDA error): the
+  // process that ran it must not run another.
+  bool device_lost = false;
 
   [[nodiscard]] bool completed() const { return !error.has_value(); }
 };

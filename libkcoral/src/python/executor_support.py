@@ -8,13 +8,13 @@ into libkcoral at build time and imported as the private module ``_kcoral_execut
 
 from __future__ import annotations
 
-import hashlib
 import importlib.metadata
-import json
-import math
 import platform
 import sys
 import types
+from hashlib import sha256 as _sha256
+from json import JSONEncoder as _JSONEncoder
+from math import isfinite as _isfinite
 
 _ITEM_SIZES = {
     "bool": 1, "uint8": 1, "int8": 1, "float8_e4m3fn": 1, "float8_e5m2": 1,
@@ -23,10 +23,17 @@ _ITEM_SIZES = {
 }
 _EXTENDED_DTYPES = ("bfloat16", "float8_e4m3fn", "float8_e5m2")
 _MAX_DEPTH = 256
+# Bound when the worker starts, before any uploaded code runs: a program that replaces
+# json.dumps or hashlib.sha256 must not change how its results are encoded.
+_ENCODE_JSON = _JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
 
 
 class SerializationError(Exception):
     """A returned value the protocol cannot carry."""
+
+
+class ResponseTooLarge(Exception):
+    """Returned binary data past the server's response limit (a request error, 500)."""
 
 
 def load_module(name: str, path: str, source: str) -> types.ModuleType:
@@ -70,6 +77,39 @@ def make_tensor(buffer, dtype: str, shape: list[int]):
     return numpy.frombuffer(buffer, dtype=_numpy_dtype(dtype)).reshape(shape)
 
 
+def prepare_cuda() -> None:
+    """Let torch, when installed, set itself up on the current CUDA context now rather than
+    inside the first program."""
+    try:
+        import torch
+    except ImportError:
+        return
+    torch.cuda.init()
+    torch.empty(1, device="cuda")
+
+
+def make_cuda_tensor(buffer, dtype: str, shape: list[int]):
+    """A CUDA torch tensor holding ``buffer``'s bytes: one host-to-device copy."""
+    import torch
+
+    torch_dtype = getattr(torch, dtype)
+    if buffer is None:
+        return torch.zeros(shape, dtype=torch_dtype, device="cuda")
+    host = torch.frombuffer(buffer, dtype=torch.uint8)
+    return host.view(torch_dtype).reshape(shape).to("cuda")
+
+
+def load_library(path: str):
+    """A TVM FFI module from a shared library; its functions are its __tvm_ffi_<name> exports."""
+    import tvm_ffi
+
+    return tvm_ffi.load_module(path)
+
+
+def library_function(module, name: str):
+    return module.get_function(name)
+
+
 def _export_tensor(value):
     """(dtype, shape, byte view) for a numpy array or torch tensor, else None."""
     torch = sys.modules.get("torch")
@@ -85,7 +125,8 @@ def _export_tensor(value):
         dtype = value.dtype.name
         if dtype not in _ITEM_SIZES or value.dtype.hasobject:
             raise SerializationError(f"cannot return a numpy array of dtype {value.dtype}")
-        array = numpy.ascontiguousarray(value)
+        # Not ascontiguousarray: it turns a 0-d array into a 1-d one.
+        array = value if value.flags.c_contiguous else value.copy(order="C")
         if array.dtype.byteorder == ">":
             array = array.astype(array.dtype.newbyteorder("<"))
         shape = [int(extent) for extent in array.shape]
@@ -102,14 +143,14 @@ class _Encoder:
 
     def binary(self, kind: str, data: memoryview, where: str) -> dict:
         if data.nbytes > self.budget_bytes:
-            raise SerializationError(
+            raise ResponseTooLarge(
                 f"{where}: returning {data.nbytes} more bytes would exceed the server's "
                 "response limit"
             )
         self.budget_bytes -= data.nbytes
         self.parts.append(data)
         node = {"type": kind, "part": f"return:{self.next_part}",
-                "sha256": hashlib.sha256(data).hexdigest()}
+                "sha256": _sha256(data).hexdigest()}
         self.next_part += 1
         return node
 
@@ -123,7 +164,7 @@ class _Encoder:
         if isinstance(value, int):
             return {"type": "integer", "value": int(value)}
         if isinstance(value, float):
-            if not math.isfinite(value):
+            if not _isfinite(value):
                 raise SerializationError(f"{where}: cannot return the non-finite number {value}")
             return {"type": "number", "value": float(value)}
         if isinstance(value, str):
@@ -141,9 +182,11 @@ class _Encoder:
             return {"type": "tensor", "dtype": dtype, "shape": shape,
                     "part": node["part"], "sha256": node["sha256"]}
         numpy = sys.modules.get("numpy")
-        if numpy is not None and isinstance(value, numpy.generic) and value.dtype.kind in "biuf":
-            # A numpy scalar (np.int64(3), np.float32(0.5)) is returned as the number it is.
-            return self.encode(value.item(), where, depth)
+        if numpy is not None and isinstance(value, numpy.generic):
+            raise SerializationError(
+                f"{where}: cannot return the numpy scalar {type(value).__module__}."
+                f"{type(value).__qualname__}; convert it first (.item(), int(), float())"
+            )
         raise SerializationError(
             f"{where}: cannot return a value of type {type(value).__module__}."
             f"{type(value).__qualname__}"
@@ -174,7 +217,7 @@ def encode_value(value, key: str, first_part: int, budget_bytes: int):
     """Encode a returned value: (JSON text of its tree, binary parts in depth-first order)."""
     encoder = _Encoder(first_part, budget_bytes)
     tree = encoder.encode(value, f"return {key!r}")
-    text = json.dumps(tree, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    text = _ENCODE_JSON(tree)
     return text.encode("utf-8", "replace"), encoder.parts
 
 

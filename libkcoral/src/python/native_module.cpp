@@ -18,6 +18,9 @@
 #include "kcoral/codec.hpp"
 #include "kcoral/executor.hpp"
 #include "kcoral/request_id.hpp"
+#ifdef KCORAL_HAVE_CUDA
+#include "gpu/benchmark.hpp"
+#endif
 
 namespace {
 
@@ -66,11 +69,103 @@ PyObject* execute(PyObject*, PyObject* args) {
                        static_cast<Py_ssize_t>(response.body.size()));
 }
 
+#ifdef KCORAL_HAVE_CUDA
+// Raises RuntimeError carrying the error's kind (kcoral_error_kind), as the executor reads it.
+PyObject* raise_error(const kcoral::Error& error) {
+  PyObject* exception = PyObject_CallFunction(PyExc_RuntimeError, "s", error.message.c_str());
+  if (exception == nullptr) return nullptr;
+  std::string kind(kcoral::to_wire(error.kind));
+  PyObject_SetAttrString(exception, "kcoral_error_kind", PyUnicode_FromString(kind.c_str()));
+  PyErr_SetObject(PyExc_RuntimeError, exception);
+  Py_DECREF(exception);
+  return nullptr;
+}
+
+bool read_config(PyObject* config, kcoral::gpu::BenchmarkConfig& out) {
+  PyObject *key = nullptr, *value = nullptr;
+  Py_ssize_t position = 0;
+  while (PyDict_Next(config, &position, &key, &value)) {
+    const char* name = PyUnicode_Check(key) ? PyUnicode_AsUTF8(key) : nullptr;
+    std::string option = name != nullptr ? name : "";
+    bool is_number = PyNumber_Check(value) && !PyBool_Check(value);
+    if ((option == "warmup_ms" || option == "repeat_ms") && is_number) {
+      double ms = PyFloat_AsDouble(value);
+      if (!(ms >= 0)) break;
+      (option == "warmup_ms" ? out.warmup_ms : out.repeat_ms) = ms;
+    } else if ((option == "warmup" || option == "repeat") && PyLong_Check(value) && !PyBool_Check(value)) {
+      long long count = PyLong_AsLongLong(value);
+      if (count < 0 || (option == "repeat" && count == 0)) break;
+      (option == "warmup" ? out.warmup : out.repeat) = count;
+    } else if (option == "flush_l2" && PyBool_Check(value)) {
+      out.flush_l2 = value == Py_True;
+    } else {
+      PyErr_Format(PyExc_ValueError,
+                   "benchmark: option %R=%R is not one of warmup_ms/repeat_ms (numbers >= 0), "
+                   "warmup/repeat (integers; repeat >= 1), flush_l2 (bool)", key, value);
+      return false;
+    }
+  }
+  if (PyErr_Occurred()) return false;
+  if (position < PyDict_Size(config)) {
+    PyErr_Format(PyExc_ValueError, "benchmark: option %R has an out-of-range value %R", key, value);
+    return false;
+  }
+  return true;
+}
+
+PyObject* benchmark(PyObject*, PyObject* args) {
+  Py_ssize_t count = PyTuple_Size(args);
+  if (count < 1 || !PyCallable_Check(PyTuple_GetItem(args, 0))) {
+    PyErr_SetString(PyExc_TypeError, "benchmark(fn, *args[, config]) needs a callable first");
+    return nullptr;
+  }
+  PyObject* function = PyTuple_GetItem(args, 0);
+  kcoral::gpu::BenchmarkConfig config;
+  Py_ssize_t last = count;
+  if (count > 1 && PyDict_Check(PyTuple_GetItem(args, count - 1))) {
+    if (!read_config(PyTuple_GetItem(args, count - 1), config)) return nullptr;
+    last = count - 1;
+  }
+  kcoral::python::PyRef call_args = kcoral::python::PyRef::steal(PyTuple_GetSlice(args, 1, last));
+  bool python_failed = false;
+  auto call = [&]() -> kcoral::Status {
+    PyObject* result = PyObject_Call(function, call_args.get(), nullptr);
+    if (result == nullptr) {
+      python_failed = true;  // the exception stays set for our caller
+      return kcoral::fail(kcoral::ErrorKind::runtime, "the function raised");
+    }
+    Py_DECREF(result);
+    return {};
+  };
+  auto report = kcoral::gpu::run_benchmark(call, config);
+  if (!report) return python_failed ? nullptr : raise_error(report.error());
+  auto optional_clock = [](const std::optional<unsigned>& mhz) {
+    return mhz ? PyLong_FromUnsignedLong(*mhz) : Py_NewRef(Py_None);
+  };
+  return Py_BuildValue(
+      "{s:d,s:d,s:d,s:d,s:d,s:d,s:L,s:L,s:O,s:O,s:L,s:N,s:N}", "latency_ms_median",
+      report->latency_ms_median, "latency_ms_mean", report->latency_ms_mean, "latency_ms_min",
+      report->latency_ms_min, "latency_ms_max", report->latency_ms_max, "latency_ms_p10",
+      report->latency_ms_p10, "latency_ms_p90", report->latency_ms_p90, "warmup",
+      static_cast<long long>(report->warmup), "repeat", static_cast<long long>(report->repeat),
+      "flush_l2", report->flush_l2 ? Py_True : Py_False, "activities_stable",
+      report->activities_stable ? Py_True : Py_False, "activities_per_call",
+      static_cast<long long>(report->activities_per_call), "sm_clock_mhz_min",
+      optional_clock(report->sm_clock_mhz_min), "sm_clock_mhz_max", optional_clock(report->sm_clock_mhz_max));
+}
+#endif
+
 PyMethodDef kMethods[] = {
     {"execute", execute, METH_VARARGS,
      "execute(content_type: str, body: bytes) -> tuple[int, str, bytes]\n\n"
      "Run one multipart /execute request in this process; return the HTTP status, the "
      "response content type and body."},
+#ifdef KCORAL_HAVE_CUDA
+    {"benchmark", benchmark, METH_VARARGS,
+     "benchmark(fn, *args[, config]) -> dict\n\n"
+     "Time fn(*args) by its GPU activity (CUPTI): first activity to last, per call. config: "
+     "warmup_ms, repeat_ms, warmup, repeat, flush_l2."},
+#endif
     {nullptr, nullptr, 0, nullptr},
 };
 

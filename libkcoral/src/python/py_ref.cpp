@@ -31,7 +31,9 @@ std::string type_name(PyObject* type) {
   std::string name = t->tp_name;
   std::size_t dot = name.rfind('.');
   if (dot != std::string::npos) name = name.substr(dot + 1);
-  if (module_name.empty() || module_name == "builtins") return name;
+  // Classes of uploaded modules go by their own name: the module's is ours, not the user's.
+  if (module_name.empty() || module_name == "builtins" || module_name.starts_with(kUploadedModulePrefix))
+    return name;
   return module_name + "." + name;
 }
 

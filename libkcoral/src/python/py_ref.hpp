@@ -57,6 +57,9 @@ class Gil {
   PyGILState_STATE state_;
 };
 
+// sys.modules names of uploaded modules start with this.
+inline constexpr const char* kUploadedModulePrefix = "kcoral_upload_";
+
 // The file name the executor's helper module is compiled under.
 inline constexpr const char* kExecutorSupportFilename = "<kcoral executor>";
 

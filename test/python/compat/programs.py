@@ -860,10 +860,10 @@ CASES: list[Case] = [
     Case("literal_args", literal_args, expect={"status": "COMPLETED"}),
     Case("big_int_args", big_int_args, expect=_completed(r=BIG_INT_ARGS),
          bugs=_our_server_bug(
-             "BUG: a run argument that is an integer literal outside [-2**63, 2**64) is "
-             "refused with HTTP 400 parse ('malformed JSON in the program: Problem while "
-             "parsing a number'); it is valid JSON, KCoral 0.1.1 passes it to the function "
-             "as a Python int, and our server itself returns such ints")),
+             "KNOWN LIMIT (README, 'Differences on purpose'): a run argument that is an "
+             "integer literal outside [-2**63, 2**64) is refused with HTTP 400 parse "
+             "('integers must fit in 64 bits ... pass larger integers as strings'), where "
+             "KCoral 0.1.1 passes it on as a Python int; returned integers have no limit")),
     Case("literal_kinds", literal_kinds, expect=_completed(
         r=["NoneType", "bool", "int", "int", "float", "str", "list", "dict"])),
     Case("multiple_returns", multiple_returns, expect={"status": "COMPLETED",
@@ -885,23 +885,14 @@ CASES: list[Case] = [
               "error.message": WORKER_EXITED,
               "error.instruction_index": 3, "error.instruction_op": "return"})),
     Case("numpy_scalars", numpy_scalars,
-         expect=_failed("serialization", 3, "return", None),
-         bugs=_our_server_bug(
-             "BUG: numpy scalars (float32, int64, bool_) come back as number/integer/boolean; "
-             "PROTOCOL.md's value table has no row for them ('Anything else fails with "
-             "`serialization`') and KCoral 0.1.1 fails them with serialization")),
+         expect=_failed("serialization", 3, "return", None)),
     Case("framing_bytes", framing_bytes, expect={"status": "COMPLETED"}),
     Case("large_bytes", large_bytes, expect={
         "status": "COMPLETED", "results.digest": LARGE_DIGEST,
         "results.made.object.sha256": MADE_DIGEST}),
     Case("get_function_non_callable", get_function_non_callable, expect=_completed(limit=5)),
     Case("get_function_on_bytes", get_function_on_bytes,
-         expect=_failed("unavailable", 1, "get_function", "lookup"),
-         bugs=_our_server_bug(
-             "BUG: a get_function whose module is a bytes upload is refused with HTTP 400 "
-             "parse; KCoral 0.1.1 runs the program and fails the get_function with kind "
-             "unavailable, and PROTOCOL.md documents no difference (its reference client "
-             "then raises instead of returning the FAILED result)")),
+         expect=_failed("unavailable", 1, "get_function", "lookup")),
     Case("tensor_dtypes", tensor_dtypes, expect={},
          difference=Difference(
              TENSOR_ON_CPU, ("status", "results", "error"),
@@ -920,12 +911,7 @@ CASES: list[Case] = [
               "results.uploaded.tensor": {"dtype": "int64", "shape": [], "values": 7},
               "results.made.tensor": {"dtype": "float64", "shape": [], "values": 2.5}},
              {"status": "FAILED", "error.kind": "unavailable",
-              "error.instruction_id": "scalar"}),
-         bugs=_our_server_bug(
-             "BUG: a 0-d tensor (shape []) comes back with shape [1], both an uploaded one "
-             "and a 0-d numpy array a function returns; PROTOCOL.md: tensor values carry "
-             "their `shape`, and a tensor upload is 'raw little-endian C-order bytes' of "
-             "prod(shape) items, which for [] is one")),
+              "error.instruction_id": "scalar"})),
     Case("unicode_names", unicode_names, expect=_completed(
         **{UNICODE_KEY: "\u03c0 \u2248 3.14"})),
     Case("chained_callable", chained_callable, expect=_completed(r=42)),
@@ -953,13 +939,7 @@ CASES: list[Case] = [
     Case("runtime_custom_exception", runtime_custom_exception,
          expect=_failed("runtime", 2, "run", "run_2",
                         **{"error.message": "KernelMismatch: out[3] = 7, want 8"}),
-         difference=_runtime_difference("runtime"),
-         bugs={key: text for key, text in _our_server_bug(
-             "BUG: an exception class defined in uploaded code is named with the internal "
-             "module name ('kcoral_upload_1_upload_0.KernelMismatch: out[3] = 7, want 8'); "
-             "PROTOCOL.md: the message is `\"<ExceptionType>: <message>\"`, and KCoral "
-             "0.1.1 says 'KernelMismatch: out[3] = 7, want 8'").items()
-               if key != "directions"}),
+         difference=_runtime_difference("runtime")),
     Case("runtime_key_error", runtime_key_error,
          expect=_failed("runtime", 2, "run", "run_2", **{"error.message": "KeyError: 'missing'"}),
          difference=_runtime_difference("runtime")),
@@ -1016,12 +996,7 @@ CASES: list[Case] = [
         "status": "COMPLETED", "stdout": "ok \ufffd\ufffd end\n"}),
     Case("output_control_characters", output_control_characters, expect={
         "status": "COMPLETED", "stdout": "nul \x00 bell \x07 esc \x1b[0m\n",
-        "stderr": "\x00 leading nul\n"},
-         bugs=_our_server_bug(
-             "BUG: captured stdout/stderr end at the first NUL byte the program writes "
-             "(stdout 'nul \\x00 bell ...' comes back as 'nul ', stderr as ''), with "
-             "*_truncated false; PROTOCOL.md: 'stdout and stderr are captured at the "
-             "file-descriptor level ..., each cut at `output_limit_bytes`'")),
+        "stderr": "\x00 leading nul\n"}),
     Case("output_cut_inside_character", output_cut_inside_character,
          options={"output_limit_bytes": 3}, expect={"stdout_truncated": True}),
     Case("output_kept_on_failure", output_kept_on_failure, expect={

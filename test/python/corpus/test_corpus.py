@@ -13,7 +13,6 @@ import uuid
 from collections import Counter
 
 import pytest
-from e2e.harness import xfail_if_known_race
 
 from corpus.cases import CASES, MAX_REQUEST_BYTES, Case, valid_body
 
@@ -31,7 +30,6 @@ def assert_serves_valid_program(server) -> None:
     response = server.post(content_type, body, timeout_s=30)
     assert response.status_code == 200, response.text
     document = response.json()
-    xfail_if_known_race(document.get("error"))
     assert document["status"] == "COMPLETED", document.get("error")
     assert document["results"] == {"out": {"type": "integer", "value": 0}}
 

@@ -31,24 +31,6 @@ STOP_TIMEOUT_S = 30.0
 REQUEST_TIMEOUT_S = 60.0
 _LISTENING = re.compile(r"listening on http://([0-9.]+):([0-9]+)")
 
-# Known server races that fail a program which did nothing wrong. They strike at random
-# (about one program in several hundred), so a test that meets one is marked xfail with the
-# bug it met instead of failing the run; tests that provoke worker deaths on purpose opt
-# out. Keyed by what the error's traceback says of the worker's end.
-WORKER_EXITED = "worker exited while executing the instruction"
-KNOWN_RACES = {
-    "exit code 0": (
-        "BUG: a program that completed is reported FAILED 'worker exited while executing the "
-        "instruction' (the worker exited with code 0 after sending its result): "
-        "WorkerPool::on_exited acts on the zygote's exit notice before reading the worker's "
-        "result from its channel"),
-    "killed by signal 6": (
-        "BUG: the worker aborts after its program (std::ios_base::failure, uncaught, from "
-        "process_tree's read of /proc/<pid>/stat when a process vanishes between open and "
-        "read), failing a program that completed"),
-}
-
-
 def server_binary() -> str:
     return os.environ.get("KCORAL_SERVER") or str(Path(sys.executable).with_name("kcoral-server"))
 
@@ -107,15 +89,6 @@ def pids_with(marker: str) -> list[int]:
         if marker in cmdline and stat is not None and stat[0] != "Z":
             found.append(pid)
     return found
-
-
-def xfail_if_known_race(error: dict[str, Any] | None) -> None:
-    """pytest.xfail when a program's error is one of KNOWN_RACES; else return."""
-    if not error or error.get("kind") != "runtime" or error.get("message") != WORKER_EXITED:
-        return
-    for ending, reason in KNOWN_RACES.items():
-        if ending in (error.get("traceback") or ""):
-            pytest.xfail(reason)
 
 
 def wait_until(predicate: Callable[[], bool], timeout_s: float, interval_s: float = 0.05) -> bool:
@@ -194,14 +167,9 @@ class Server:
                              read_timeout_seconds=read_timeout_s, **kwargs)
 
     def execute(self, program: kcoral.Program, *, read_timeout_s: float = REQUEST_TIMEOUT_S,
-                known_races: bool = True, **options: Any) -> kcoral.ProgramResult:
-        """Client.execute; a failure from KNOWN_RACES makes the test xfail unless
-        ``known_races`` is False (for tests that kill workers on purpose)."""
+                **options: Any) -> kcoral.ProgramResult:
         with self.client(read_timeout_s) as client:
-            result = client.execute(program, **options)
-        if known_races:
-            xfail_if_known_race(result.error)
-        return result
+            return client.execute(program, **options)
 
     def request(self, method: str, path: str, *, content: bytes = b"",
                 headers: dict[str, str] | None = None,

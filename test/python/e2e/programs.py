@@ -11,7 +11,6 @@ from typing import Any
 
 from kcoral import Program
 
-from e2e.harness import xfail_if_known_race
 
 
 def call(source: str, name: str, *args: Any, key: str | None = "out") -> Program:
@@ -47,10 +46,7 @@ def split_multipart(content_type: str, body: bytes) -> list[tuple[str, str, byte
 
 
 def response_document(response: Any) -> tuple[dict[str, Any], dict[str, bytes]]:
-    """(the JSON document, binary parts by name) of a raw 200 /execute response.
-
-    A failure from the server's known races (conftest.KNOWN_RACES) makes the test xfail.
-    """
+    """(the JSON document, binary parts by name) of a raw 200 /execute response."""
     assert response.status_code == 200, response.text
     content_type = response.headers["content-type"]
     if content_type.startswith("application/json"):
@@ -62,5 +58,4 @@ def response_document(response: Any) -> tuple[dict[str, Any], dict[str, bytes]]:
         for _, other_type, _ in split[1:]:
             assert other_type == "application/octet-stream"
         document, parts = json.loads(data), {name: data for name, _, data in split[1:]}
-    xfail_if_known_race(document.get("error"))
     return document, parts

@@ -14,7 +14,6 @@ import numpy as np
 from corpus.cases import MULTIPART, multipart, part, sha
 from kcoral import Program
 
-from e2e.harness import xfail_if_known_race
 
 
 def unique_program(witness) -> tuple[Program, bytes, bytes]:
@@ -38,7 +37,6 @@ def post(server, program: Program, blobs: set[str], request_id: str | None = Non
     assert response.status_code == 200, response.text
     assert response.headers["content-type"].startswith("application/json")
     document = json.loads(response.content)
-    xfail_if_known_race(document.get("error"))
     return document
 
 

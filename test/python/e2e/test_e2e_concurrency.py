@@ -14,7 +14,6 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 from kcoral import Program
 
-from e2e.harness import xfail_if_known_race
 
 THREADS = 8
 PROGRAMS_PER_THREAD = 4
@@ -56,7 +55,6 @@ def test_concurrent_programs_do_not_cross_talk(server):
                 token = f"t{index}-{n}-{uuid.uuid4().hex[:8]}"
                 program, expected_sum = token_program(token, index * 1000 + n)
                 result = client.execute(program)
-                xfail_if_known_race(result.error)
                 assert result.completed, result.error
                 assert result["out"] == {"token": token, "sum": expected_sum, "file": token,
                                          "cwd_entries": ["tokens"]}

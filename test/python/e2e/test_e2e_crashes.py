@@ -16,7 +16,7 @@ import uuid
 import pytest
 from kcoral import ExecutionTimeout, Program, ServerBusy
 
-from e2e.harness import KNOWN_RACES, pids_with, wait_until
+from e2e.harness import pids_with, wait_until
 from e2e.programs import call
 
 CRASHES = r'''
@@ -56,7 +56,7 @@ def test_crash_in_a_run_is_attributed_to_it(server, crash):
     program.return_(key="fine", value=fine)
     program.run(id="crash", fn=program.get_function(id="f2", module=module, name=crash))
     program.return_(key="never", value=fine)
-    result = server.execute(program, read_timeout_s=30, known_races=False)
+    result = server.execute(program, read_timeout_s=30)
     assert result.status == "FAILED"
     assert result.error["kind"] == "runtime"
     assert result.error["message"] == CRASH_MESSAGE
@@ -71,7 +71,7 @@ def test_crash_at_module_top_level_is_attributed_to_the_upload(server):
     program = Program()
     program.upload(id="data", kind="bytes", value=b"x")
     program.upload(id="crashing", kind="module", source="import os\nos.abort()\n")
-    result = server.execute(program, read_timeout_s=30, known_races=False)
+    result = server.execute(program, read_timeout_s=30)
     assert result.error["kind"] == "runtime"
     assert result.error["message"] == CRASH_MESSAGE
     assert (result.error["instruction_index"], result.error["instruction_op"],
@@ -159,15 +159,10 @@ def serves_within(server, seconds: float) -> bool:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="BUG: after the worker parent (zygote) dies, here killed "
-                   "by a program through os.getppid(), the server restarts it but never forks "
-                   "workers again (WorkerPool::top_up counted the forks requested while it was "
-                   "down as pending): /health still says ok and every program waits in the "
-                   "queue until 503 busy")
 def test_server_recovers_when_the_worker_parent_dies(start_server):
     server = start_server("--num-workers", "1", "--queue-timeout-seconds", "3")
     try:
-        result = server.execute(call(KILL_PARENT, "kill_parent"), known_races=False)
+        result = server.execute(call(KILL_PARENT, "kill_parent"))
         assert (result.error["kind"], result.error["message"]) == ("runtime", CRASH_MESSAGE)
         assert serves_within(server, 10)
     finally:
@@ -189,8 +184,8 @@ def churn(seconds):
 
 @pytest.mark.slow
 def test_programs_complete_while_another_program_churns_processes(start_server):
-    """A detector for the races in conftest.KNOWN_RACES: it passes when it meets none in its
-    time, and xfails naming the bug when one strikes (most runs, for the /proc read)."""
+    """Workers that finish while processes come and go all around still report their
+    programs (a /proc read that meets a vanishing process once aborted the reader)."""
     server = start_server("--num-workers", "2", "--queue-timeout-seconds", "5")
     outcome: dict = {}
     churner = threading.Thread(target=lambda: outcome.update(
@@ -199,14 +194,7 @@ def test_programs_complete_while_another_program_churns_processes(start_server):
     try:
         deadline = time.monotonic() + 4.5
         while time.monotonic() < deadline:
-            try:
-                result = server.execute(call("def ok():\n    return 'ok'\n", "ok"))
-            except ServerBusy:
-                if "worker parent failed" in server.stderr_text():
-                    pytest.xfail(KNOWN_RACES["killed by signal 6"] + "; here it struck the "
-                                 "worker parent, and the server stopped serving (the BUG of "
-                                 "test_server_recovers_when_the_worker_parent_dies)")
-                raise
+            result = server.execute(call("def ok():\n    return 'ok'\n", "ok"))
             assert result.raise_for_error()["out"] == "ok"
     finally:
         churner.join(30)

@@ -182,8 +182,6 @@ def test_each_request_gets_its_own_id(server):
     assert len(ids) == 3
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a 413 answer ignores the client's canonical "
-                   "X-Request-ID and makes up a new one (HttpSession::reject_and_close)")
 def test_request_id_is_echoed_on_413(start_server):
     server = start_server("--num-workers", "1", "--max-request-bytes", "1000")
     sent = str(uuid.uuid4())

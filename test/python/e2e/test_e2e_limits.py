@@ -96,9 +96,6 @@ def test_response_over_the_limit_is_500_response_too_large(small_server):
     assert_served(small_server)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: returned bytes over --max-response-bytes give 200 "
-                   "FAILED 'serialization' (\"would exceed the server's response limit\"), not "
-                   "the 500 response_too_large that PROTOCOL.md and kcoral-server --help promise")
 def test_binary_response_over_the_limit_is_500_response_too_large(small_server):
     response = small_server.post(*call("def big():\n    return b'x' * 20000\n", "big").to_request())
     assert response.status_code == 500

@@ -15,7 +15,7 @@ import time
 import httpx
 import pytest
 
-from e2e.harness import wait_until, xfail_if_known_race
+from e2e.harness import wait_until
 from e2e.programs import call
 
 SLOW = ("import time\n"
@@ -75,7 +75,6 @@ def test_sigterm_finishes_the_running_program_and_refuses_new_work(start_server)
     running.join(30)
     document = outcomes["running"].json()
     assert outcomes["running"].status_code == 200
-    xfail_if_known_race(document.get("error"))
     assert document["status"] == "COMPLETED", document
     assert document["results"]["out"] == {"type": "string", "value": "done"}
     assert document["stdout"] == "finished\n"

@@ -1,0 +1,101 @@
+// ActivityRecorder: CUPTI buffer callbacks that copy out the few fields timing needs.
+#include "activity_recorder.hpp"
+
+#include <cstdlib>
+#include <mutex>
+
+#include "cuda_api.hpp"
+
+namespace kcoral::gpu {
+namespace {
+
+constexpr std::size_t kBufferBytes = 8u << 20;
+constexpr CUpti_ActivityKind kKinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
+                                         CUPTI_ACTIVITY_KIND_MEMCPY2, CUPTI_ACTIVITY_KIND_MEMSET};
+
+std::mutex records_mutex;
+std::vector<GpuActivity> records;
+
+void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_records) noexcept {
+  *buffer = static_cast<uint8_t*>(std::aligned_alloc(8, kBufferBytes));
+  *size = *buffer != nullptr ? kBufferBytes : 0;
+  *max_records = 0;
+}
+
+void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, size_t valid_bytes) noexcept {
+  const CuptiApi* cupti = cupti_api();
+  std::vector<GpuActivity> found;
+  CUpti_Activity* record = nullptr;
+  while (cupti != nullptr &&
+         cupti->cuptiActivityGetNextRecord(buffer, valid_bytes, &record) == CUPTI_SUCCESS) {
+    switch (record->kind) {
+      case CUPTI_ACTIVITY_KIND_KERNEL:
+      case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
+        auto* kernel = reinterpret_cast<CUpti_ActivityKernel10*>(record);
+        found.push_back({GpuActivity::Kind::kernel, kernel->start, kernel->end,
+                         kernel->name != nullptr ? kernel->name : "kernel"});
+        break;
+      }
+      case CUPTI_ACTIVITY_KIND_MEMCPY: {
+        auto* copy = reinterpret_cast<CUpti_ActivityMemcpy6*>(record);
+        found.push_back({GpuActivity::Kind::memcpy, copy->start, copy->end, "memcpy"});
+        break;
+      }
+      case CUPTI_ACTIVITY_KIND_MEMCPY2: {
+        auto* copy = reinterpret_cast<CUpti_ActivityMemcpyPtoP4*>(record);
+        found.push_back({GpuActivity::Kind::memcpy, copy->start, copy->end, "memcpy"});
+        break;
+      }
+      case CUPTI_ACTIVITY_KIND_MEMSET: {
+        auto* set = reinterpret_cast<CUpti_ActivityMemset4*>(record);
+        found.push_back({GpuActivity::Kind::memset, set->start, set->end, "memset"});
+        break;
+      }
+      default:
+        break;
+    }
+  }
+  std::free(buffer);
+  std::lock_guard lock(records_mutex);
+  records.insert(records.end(), std::make_move_iterator(found.begin()), std::make_move_iterator(found.end()));
+}
+
+}  // namespace
+
+Result<ActivityRecorder*> ActivityRecorder::get() {
+  static Result<ActivityRecorder*> recorder = []() -> Result<ActivityRecorder*> {
+    const CuptiApi* cupti = cupti_api();
+    if (cupti == nullptr) return fail(ErrorKind::unavailable, "CUPTI is not available: " + load_error());
+    KCORAL_CUPTI_TRY(cupti->cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed));
+    static ActivityRecorder instance;
+    return &instance;
+  }();
+  return recorder;
+}
+
+Status ActivityRecorder::enable() {
+  const CuptiApi* cupti = cupti_api();
+  for (CUpti_ActivityKind kind : kKinds) KCORAL_CUPTI_TRY(cupti->cuptiActivityEnable(kind));
+  (void)collect();
+  return {};
+}
+
+void ActivityRecorder::disable() {
+  const CuptiApi* cupti = cupti_api();
+  for (CUpti_ActivityKind kind : kKinds) (void)cupti->cuptiActivityDisable(kind);
+  (void)collect();
+}
+
+std::vector<GpuActivity> ActivityRecorder::collect() {
+  (void)cupti_api()->cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+  std::lock_guard lock(records_mutex);
+  return std::exchange(records, {});
+}
+
+std::uint64_t ActivityRecorder::now_ns() const {
+  std::uint64_t timestamp = 0;
+  (void)cupti_api()->cuptiGetTimestamp(&timestamp);
+  return timestamp;
+}
+
+}  // namespace kcoral::gpu

@@ -1,0 +1,40 @@
+// ActivityRecorder: GPU activity (kernels, copies, memsets) as CUPTI records it.
+//
+// CUPTI's activity API has one set of buffer callbacks per process, so there is one
+// recorder per process. It needs no subscriber: it coexists with the GpuAccessGuard's
+// callback subscription. Recording is off until enable(); collect() forces CUPTI to hand
+// over what it has and returns the records gathered since the last collect(). Thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kcoral/error.hpp"
+
+namespace kcoral::gpu {
+
+struct GpuActivity {
+  enum class Kind { kernel, memcpy, memset };
+  Kind kind = Kind::kernel;
+  std::uint64_t start_ns = 0;  // CUPTI's clock (cuptiGetTimestamp)
+  std::uint64_t end_ns = 0;
+  std::string name;  // kernel name; "memcpy"/"memset" otherwise
+};
+
+class ActivityRecorder {
+ public:
+  // The process's recorder; fails when CUPTI cannot be loaded or set up.
+  [[nodiscard]] static Result<ActivityRecorder*> get();
+
+  [[nodiscard]] Status enable();
+  void disable();
+  [[nodiscard]] std::vector<GpuActivity> collect();
+  // The current CUPTI timestamp, on the clock of the records.
+  [[nodiscard]] std::uint64_t now_ns() const;
+
+ private:
+  ActivityRecorder() = default;
+};
+
+}  // namespace kcoral::gpu

@@ -1,0 +1,198 @@
+// run_benchmark: estimate, warm up, then time each call by its CUPTI activity span.
+#include "benchmark.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <numeric>
+#include <vector>
+
+#include "activity_recorder.hpp"
+#include "cuda_api.hpp"
+#include "kcoral/gpu_inventory.hpp"
+
+namespace kcoral::gpu {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr int kEstimateCalls = 5;
+constexpr std::int64_t kMaxCalls = 100000;
+
+// The buffer zeroed before each call so that no call finds the previous one's data in L2.
+class L2Flusher {
+ public:
+  static Result<L2Flusher> make(const DriverApi& cuda) {
+    CUdevice device;
+    KCORAL_CU_TRY(cuda.cuCtxGetDevice(&device));
+    int l2_bytes = 0;
+    KCORAL_CU_TRY(cuda.cuDeviceGetAttribute(&l2_bytes, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, device));
+    L2Flusher flusher(cuda, 2 * static_cast<std::size_t>(l2_bytes));
+    KCORAL_CU_TRY(cuda.cuMemAlloc(&flusher.buffer_, flusher.bytes_));
+    return flusher;
+  }
+  L2Flusher(L2Flusher&& other) noexcept
+      : cuda_(other.cuda_), bytes_(other.bytes_), buffer_(std::exchange(other.buffer_, 0)) {}
+  L2Flusher(const L2Flusher&) = delete;
+  ~L2Flusher() {
+    if (buffer_ != 0) (void)cuda_.cuMemFree(buffer_);
+  }
+  Status flush() const {
+    KCORAL_CU_TRY(cuda_.cuMemsetD8Async(buffer_, 0, bytes_, nullptr));
+    return {};
+  }
+
+ private:
+  L2Flusher(const DriverApi& cuda, std::size_t bytes) : cuda_(cuda), bytes_(bytes) {}
+  const DriverApi& cuda_;
+  std::size_t bytes_;
+  CUdeviceptr buffer_ = 0;
+};
+
+struct CallTrace {
+  double span_ms = 0;
+  std::vector<std::string> activities;  // kinds and names, in start order
+};
+
+double percentile(std::vector<double> sorted, double fraction) {
+  if (sorted.empty()) return 0;
+  double position = fraction * static_cast<double>(sorted.size() - 1);
+  auto low = static_cast<std::size_t>(std::floor(position));
+  std::size_t high = std::min(low + 1, sorted.size() - 1);
+  return sorted[low] + (sorted[high] - sorted[low]) * (position - static_cast<double>(low));
+}
+
+// NVML's name for the device of the current context: "GPU-xxxxxxxx-xxxx-…".
+std::string current_device_uuid(const DriverApi& cuda) {
+  CUdevice device;
+  CUuuid uuid;
+  if (cuda.cuCtxGetDevice(&device) != CUDA_SUCCESS || cuda.cuDeviceGetUuid(&uuid, device) != CUDA_SUCCESS)
+    return {};
+  const auto* b = reinterpret_cast<const unsigned char*>(uuid.bytes);
+  char text[64];
+  std::snprintf(text, sizeof text, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+                b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14],
+                b[15]);
+  return text;
+}
+
+std::int64_t count_for(double budget_ms, double per_call_ms) {
+  if (per_call_ms <= 0) return kMaxCalls;
+  return std::clamp<std::int64_t>(static_cast<std::int64_t>(std::llround(budget_ms / per_call_ms)), 1, kMaxCalls);
+}
+
+}  // namespace
+
+Result<BenchmarkReport> run_benchmark(const BenchmarkCall& call, const BenchmarkConfig& config) {
+  const DriverApi* cuda = driver_api();
+  if (cuda == nullptr) return fail(ErrorKind::unavailable, "benchmark needs a GPU: " + load_error());
+  auto recorder = ActivityRecorder::get();
+  if (!recorder) return std::unexpected(recorder.error());
+  std::optional<L2Flusher> flusher;
+
+  // The first call may compile, load modules or allocate: it makes the context current.
+  if (auto status = call(); !status) return std::unexpected(status.error());
+  KCORAL_CU_TRY(cuda->cuCtxSynchronize());
+  if (config.flush_l2) {
+    auto made = L2Flusher::make(*cuda);
+    if (!made) return std::unexpected(made.error());
+    flusher.emplace(std::move(*made));
+    if (auto status = flusher->flush(); !status) return std::unexpected(status.error());  // first touch
+  }
+  auto fence = [&]() -> Status {
+    if (flusher)
+      if (auto status = flusher->flush(); !status) return status;
+    KCORAL_CU_TRY(cuda->cuCtxSynchronize());
+    return {};
+  };
+
+  BenchmarkReport report;
+  report.flush_l2 = config.flush_l2;
+  if (config.warmup && config.repeat) {
+    report.warmup = std::max<std::int64_t>(*config.warmup, 0);
+    report.repeat = std::max<std::int64_t>(*config.repeat, 1);
+  } else {
+    // The estimate times the call alone (launch to completion), not the flush before it.
+    std::vector<double> estimates;
+    for (int i = 0; i < kEstimateCalls; ++i) {
+      if (auto status = fence(); !status) return std::unexpected(status.error());
+      Clock::time_point started = Clock::now();
+      if (auto status = call(); !status) return std::unexpected(status.error());
+      KCORAL_CU_TRY(cuda->cuCtxSynchronize());
+      estimates.push_back(std::chrono::duration<double, std::milli>(Clock::now() - started).count());
+    }
+    std::sort(estimates.begin(), estimates.end());
+    double per_call_ms = estimates[estimates.size() / 2];
+    report.warmup = config.warmup ? std::max<std::int64_t>(*config.warmup, 0) : count_for(config.warmup_ms, per_call_ms);
+    report.repeat = config.repeat ? std::max<std::int64_t>(*config.repeat, 1) : count_for(config.repeat_ms, per_call_ms);
+  }
+  for (std::int64_t i = 0; i < report.warmup; ++i) {
+    if (flusher)
+      if (auto status = flusher->flush(); !status) return std::unexpected(status.error());
+    if (auto status = call(); !status) return std::unexpected(status.error());
+  }
+  KCORAL_CU_TRY(cuda->cuCtxSynchronize());
+
+  if (auto status = (*recorder)->enable(); !status) return std::unexpected(status.error());
+  std::string uuid = current_device_uuid(*cuda);
+  std::vector<unsigned> clocks;
+  std::vector<CallTrace> traces;
+  traces.reserve(static_cast<std::size_t>(report.repeat));
+  Status loop = {};
+  for (std::int64_t i = 0; i < report.repeat && loop; ++i) {
+    if (loop = fence(); !loop) break;
+    (void)(*recorder)->collect();  // the flush's own records, and anything older
+    std::uint64_t called_at = (*recorder)->now_ns();
+    if (loop = call(); !loop) break;
+    if (CUresult synced = cuda->cuCtxSynchronize(); synced != CUDA_SUCCESS) {
+      loop = fail(ErrorKind::runtime, describe(synced, "cuCtxSynchronize"));
+      break;
+    }
+    std::vector<GpuActivity> activities = (*recorder)->collect();
+    std::erase_if(activities, [&](const GpuActivity& a) { return a.start_ns < called_at; });
+    std::sort(activities.begin(), activities.end(),
+              [](const GpuActivity& a, const GpuActivity& b) { return a.start_ns < b.start_ns; });
+    CallTrace trace;
+    if (!activities.empty()) {
+      std::uint64_t last = 0;
+      for (const GpuActivity& a : activities) {
+        last = std::max(last, a.end_ns);
+        trace.activities.push_back(a.name);
+      }
+      trace.span_ms = static_cast<double>(last - activities.front().start_ns) / 1e6;
+    }
+    traces.push_back(std::move(trace));
+    if (!uuid.empty() && (i % 16 == 0 || i + 1 == report.repeat))
+      if (auto mhz = sm_clock_mhz(uuid)) clocks.push_back(*mhz);
+  }
+  (*recorder)->disable();
+  if (!loop) return std::unexpected(loop.error());
+
+  std::vector<double> spans;
+  for (const CallTrace& trace : traces)
+    if (!trace.activities.empty()) spans.push_back(trace.span_ms);
+  if (spans.empty())
+    return fail(ErrorKind::runtime,
+                "benchmark: the function launched no GPU activity (no kernel, copy or memset) in " +
+                    std::to_string(traces.size()) + " calls; nothing to time. Is it asynchronous "
+                    "work on another device, or host-only code?");
+  std::sort(spans.begin(), spans.end());
+  report.latency_ms_median = percentile(spans, 0.5);
+  report.latency_ms_mean = std::accumulate(spans.begin(), spans.end(), 0.0) / static_cast<double>(spans.size());
+  report.latency_ms_min = spans.front();
+  report.latency_ms_max = spans.back();
+  report.latency_ms_p10 = percentile(spans, 0.1);
+  report.latency_ms_p90 = percentile(spans, 0.9);
+  report.activities_per_call = static_cast<std::int64_t>(traces.front().activities.size());
+  report.activities_stable = spans.size() == traces.size() &&
+                             std::all_of(traces.begin(), traces.end(), [&](const CallTrace& t) {
+                               return t.activities == traces.front().activities;
+                             });
+  if (!clocks.empty()) {
+    report.sm_clock_mhz_min = *std::min_element(clocks.begin(), clocks.end());
+    report.sm_clock_mhz_max = *std::max_element(clocks.begin(), clocks.end());
+  }
+  return report;
+}
+
+}  // namespace kcoral::gpu

@@ -1,0 +1,51 @@
+// The GPU timing behind kcoral.builtins.benchmark.
+//
+// Each call is measured from its first GPU activity to its last (kernels, copies,
+// memsets; gaps included, host work before and after excluded), from CUPTI activity
+// records. Activities are attributed to a call by fencing it: the device is drained and
+// CUPTI flushed before the call, so the records gathered after it are its own. No API
+// tracing runs in the timed loop. The optional L2 flush (zeroing twice the L2) happens
+// before each call, outside its span.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "kcoral/error.hpp"
+
+namespace kcoral::gpu {
+
+struct BenchmarkConfig {
+  double warmup_ms = 25;
+  double repeat_ms = 100;
+  std::optional<std::int64_t> warmup;  // explicit counts override the budgets
+  std::optional<std::int64_t> repeat;
+  bool flush_l2 = true;
+};
+
+struct BenchmarkReport {
+  double latency_ms_median = 0;
+  double latency_ms_mean = 0;
+  double latency_ms_min = 0;
+  double latency_ms_max = 0;
+  double latency_ms_p10 = 0;
+  double latency_ms_p90 = 0;
+  std::int64_t warmup = 0;
+  std::int64_t repeat = 0;
+  bool flush_l2 = true;
+  bool activities_stable = true;  // every call launched the same activities
+  std::int64_t activities_per_call = 0;
+  std::optional<unsigned> sm_clock_mhz_min;  // sampled during the timed calls
+  std::optional<unsigned> sm_clock_mhz_max;
+};
+
+// A call of the measured function. A failure is passed through unchanged: the caller
+// keeps its own error (a Python exception, say) and benchmark() returns that Error.
+using BenchmarkCall = std::function<Status()>;
+
+[[nodiscard]] Result<BenchmarkReport> run_benchmark(const BenchmarkCall& call,
+                                                    const BenchmarkConfig& config);
+
+}  // namespace kcoral::gpu

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# The whole test suite: set up (scripts/setup.sh), make the reference KCoral's environment
+# for the compatibility suite (scripts/reference-env.sh), then the C++ units (doctest,
+# through CTest) and every Python test: units, end to end against the real server, the
+# malformed-request corpus, the C++ package check, and compatibility both ways with the
+# reference client and server.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+KCORAL_REFERENCE_VENV=$(scripts/reference-env.sh)
+export KCORAL_REFERENCE_VENV
+echo "test: C++ units (doctest)"
+ctest --test-dir build/pip --output-on-failure
+echo "test: Python (unit, end to end, corpus, package, compatibility)"
+.venv/bin/python -m pytest test/python -q -p no:cacheprovider "$@"
