@@ -1,0 +1,212 @@
+"""The measured half of the GPU check: timing fidelity, throughput and lease handoff.
+
+    python benchmarks/gpu/gpu_checks.py --fresh URL --reused URL --raw-cupti PATH --json OUT
+
+Against a GPU server whose workers are fresh per program (--fresh) and one whose workers
+run many programs (--reused), it measures:
+- benchmark() medians of an add_one kernel (256 floats, and 32 Mi floats, bandwidth-bound
+  at about 50 us) against the raw CUPTI duration of the same kernel measured by
+  raw_cupti (benchmarks/gpu/raw_cupti.cu), and a call of three such kernels against the
+  sum of its parts;
+- programs per second for a trivial GPU program from 8 concurrent clients, on both servers;
+- the lease handoff between two queued programs.
+It prints a Markdown table and writes the figures as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import threading
+import time
+from typing import Any
+
+import numpy as np
+
+from kcoral import Client, Program
+
+KERNEL = r"""
+import tvm_ffi.cpp
+from kcoral.builtins import benchmark
+
+SOURCE = '''
+__global__ void add_one_kernel(const float* x, float* y, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = x[i] + 1.0f;
+}
+void add_one(tvm::ffi::TensorView x, tvm::ffi::TensorView y) {
+  int n = static_cast<int>(x.numel());
+  add_one_kernel<<<(n + 255) / 256, 256>>>(static_cast<const float*>(x.data_ptr()),
+                                           static_cast<float*>(y.data_ptr()), n);
+}
+'''
+add_one = tvm_ffi.cpp.load_inline(name="gpu_check_add_one", cuda_sources=SOURCE,
+                                  functions="add_one", extra_cuda_cflags=["-O3"]).add_one
+
+
+def time_kernel(n, kernels_per_call):
+    import torch
+
+    x = torch.zeros(n, device="cuda")
+    y = torch.empty_like(x)
+
+    def call(x, y):
+        for _ in range(kernels_per_call):
+            add_one(x, y)
+
+    return benchmark(call, x, y, {"warmup_ms": 50, "repeat_ms": 300})
+"""
+
+TRIVIAL = "def add(x):\n    return x + 1\n"
+
+HANDOFF = r"""
+import time
+
+
+def hold(seconds):
+    import torch
+
+    torch.ones(1, device="cuda").sum().item()
+    time.sleep(seconds)
+    return time.monotonic()
+
+
+def off_gpu():
+    return time.monotonic()
+
+
+def granted():
+    return time.monotonic()
+"""
+
+
+def fidelity(url: str, raw_cupti: str) -> list[dict[str, Any]]:
+    rows = []
+    with Client(url) as client:
+        for label, n, per_call in (("add_one, 256 floats", 256, 1),
+                                   ("add_one, 32 Mi floats (bandwidth-bound)", 1 << 25, 1),
+                                   ("3 x add_one, 256 floats, one call", 256, 3)):
+            program = Program()
+            module = program.upload(id="kernel", kind="module", source=KERNEL)
+            time_kernel = program.get_function(id="time_kernel", module=module, name="time_kernel")
+            program.return_(key="timing", value=program.run(id="t", fn=time_kernel, args=[n, per_call]))
+            result = client.execute(program, timeout_seconds=600)
+            if not result.completed:
+                raise SystemExit(f"{label}: {result.error}")
+            timing = result.results["timing"]
+            raw = json.loads(subprocess.run([raw_cupti, str(n), str(per_call), "2000"], check=True,
+                                            capture_output=True, text=True).stdout)
+            reference_ms = raw["call_span_ms_median"] if per_call > 1 else raw["kernel_ms_median"]
+            difference_us = (timing["latency_ms_median"] - reference_ms) * 1e3
+            rows.append({
+                "case": label, "benchmark_median_us": timing["latency_ms_median"] * 1e3,
+                "raw_cupti_us": reference_ms * 1e3, "difference_us": difference_us,
+                "within_goal": abs(difference_us) <= max(0.1, 0.01 * reference_ms * 1e3),
+                "sum_of_parts_us": raw["kernel_ms_median"] * per_call * 1e3,
+                "repeat": timing["repeat"], "activities_per_call": timing["activities_per_call"],
+                "activities_stable": timing["activities_stable"],
+                "sm_clock_mhz": [timing.get("sm_clock_mhz_min"), timing.get("sm_clock_mhz_max")],
+            })
+    return rows
+
+
+def throughput(url: str, seconds: float = 10.0, clients: int = 8) -> dict[str, float]:
+    program = Program()
+    module = program.upload(id="m", kind="module", source=TRIVIAL)
+    add = program.get_function(id="add", module=module, name="add")
+    values = program.upload(id="x", kind="tensor", value=np.arange(16, dtype=np.float32))
+    program.return_(key="y", value=program.run(id="y", fn=add, args=[values]))
+    counts, failures = [0] * clients, [0] * clients
+    stop = time.monotonic() + seconds
+
+    def client_loop(index: int) -> None:
+        with Client(url) as client:
+            while time.monotonic() < stop:
+                result = client.execute(program, timeout_seconds=60)
+                if result.completed:
+                    counts[index] += 1
+                else:
+                    failures[index] += 1
+
+    with Client(url) as warm:  # the blob is cached and the workers prepared before timing
+        warm.execute(program, timeout_seconds=60)
+    started = time.monotonic()
+    threads = [threading.Thread(target=client_loop, args=(i,)) for i in range(clients)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    elapsed = time.monotonic() - started
+    return {"programs_per_second": sum(counts) / elapsed, "failed": sum(failures), "clients": clients}
+
+
+def handoff(url: str, rounds: int = 10) -> dict[str, float]:
+    """A holds the GPU, B waits for it; B's first GPU instruction starts how long after A's
+    last one ended? (An upper bound of the handoff: it also holds A's device drain and
+    release, and B's module load.)"""
+    latencies = []
+    for _ in range(rounds):
+        first = Program()
+        module = first.upload(id="m", kind="module", source=HANDOFF)
+        hold = first.get_function(id="hold", module=module, name="hold")
+        off_gpu = first.get_function(id="off_gpu", module=module, name="off_gpu", cpu_only=True)
+        first.return_(key="held_until", value=first.run(id="held", fn=hold, args=[0.3]))
+        first.return_(key="after", value=first.run(id="after", fn=off_gpu))
+        second = Program()
+        module_b = second.upload(id="m", kind="module", source=HANDOFF)
+        granted = second.get_function(id="granted", module=module_b, name="granted")
+        second.return_(key="granted_at", value=second.run(id="g", fn=granted))
+        results: dict[str, Any] = {}
+
+        def run(name: str, program: Program) -> None:
+            with Client(url) as client:
+                results[name] = client.execute(program, timeout_seconds=60)
+
+        a = threading.Thread(target=run, args=("a", first))
+        b = threading.Thread(target=run, args=("b", second))
+        a.start()
+        time.sleep(0.1)  # B queues on the lease A holds
+        b.start()
+        a.join()
+        b.join()
+        if results["a"].completed and results["b"].completed:
+            latencies.append((results["b"]["granted_at"] - results["a"]["held_until"]) * 1e3)
+    return {"median_ms": statistics.median(latencies), "min_ms": min(latencies),
+            "max_ms": max(latencies), "rounds": len(latencies)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--fresh", required=True, help="GPU server, a fresh worker per program")
+    parser.add_argument("--reused", required=True, help="GPU server whose workers run many programs")
+    parser.add_argument("--raw-cupti", required=True, help="the raw_cupti binary")
+    parser.add_argument("--json", help="write the figures here")
+    args = parser.parse_args()
+
+    figures = {"fidelity": fidelity(args.fresh, args.raw_cupti),
+               "throughput_fresh": throughput(args.fresh),
+               "throughput_reused": throughput(args.reused),
+               "handoff": handoff(args.fresh)}
+    print("| timing | benchmark() median | raw CUPTI | difference | goal (0.1 us or 1%) |")
+    print("| --- | --- | --- | --- | --- |")
+    for row in figures["fidelity"]:
+        print(f"| {row['case']} | {row['benchmark_median_us']:.3f} us | {row['raw_cupti_us']:.3f} us "
+              f"| {row['difference_us']:+.3f} us | {'met' if row['within_goal'] else 'MISSED'} |")
+    three = figures["fidelity"][2]
+    print(f"\n3-kernel call: span {three['benchmark_median_us']:.3f} us, sum of its parts "
+          f"{three['sum_of_parts_us']:.3f} us (the span includes the gaps between launches)")
+    fresh, reused = figures["throughput_fresh"], figures["throughput_reused"]
+    print(f"\ntrivial GPU program, 8 clients: {fresh['programs_per_second']:.1f}/s with fresh workers "
+          f"(goal 20), {reused['programs_per_second']:.1f}/s with reused workers")
+    hand = figures["handoff"]
+    print(f"lease handoff (upper bound): median {hand['median_ms']:.3f} ms, min {hand['min_ms']:.3f} ms "
+          f"(goal < 1 ms)")
+    if args.json:
+        with open(args.json, "w") as out:
+            json.dump(figures, out, indent=2)
+
+
+if __name__ == "__main__":
+    main()

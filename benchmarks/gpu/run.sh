@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# The whole GPU check, in one call on the GPU machine (shared/device/GPU-MACHINE.md):
+# unpack what was brought along, build, start a GPU server (fresh workers), a second one
+# (reused workers) and a CPU server, run the user guide's examples and the GPU tests,
+# measure (benchmark() fidelity against raw CUPTI, throughput, lease handoff), and print
+# the table; the table and logs go to $OUT.
+#
+#   benchmarks/gpu/run.sh stash      keep the carried part of the large wheels for a later call
+#   benchmarks/gpu/run.sh build      that, then unpack, build and run the C++ units
+#   benchmarks/gpu/run.sh            everything (with what earlier calls stashed)
+#
+# Brought along (ignored folders): .gpu-carry/debs/*.deb (simdjson, CLI11, nlohmann-json),
+# .gpu-carry/wheels/*.whl (small wheels), .gpu-carry/part.* (pieces of big.tar: the TVM
+# wheel's contents as tvm.tar.xz and the CuTeDSL libraries wheel), spread over calls.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+root=$PWD
+out=/tmp/kcoral-logs      # many logs; $OUT gets the table, the figures and a tarball
+result=${OUT:-/tmp/kcoral-out}
+stash=/tmp/kcoral-carry
+deps=/tmp/kcoral-deps
+site=/tmp/kcoral-site
+python=/opt/torch/.venv/bin/python3
+mkdir -p "$out" "$result" "$stash"
+cp .gpu-carry/part.* "$stash"/ 2>/dev/null
+ls -la "$stash"
+[[ ${1:-} == stash ]] && exit 0
+
+log() { echo "== $*"; }
+log "unpacking"
+mkdir -p "$deps" "$site"
+for deb in .gpu-carry/debs/*.deb; do dpkg -x "$deb" "$deps"; done
+"$python" -m pip install -q --no-index --no-deps --no-compile --target "$site" .gpu-carry/wheels/*.whl
+if [[ ${1:-} != build ]] && compgen -G "$stash/part.*" >/dev/null; then
+  cat "$stash"/part.* > /tmp/big.tar && tar -C /tmp -xf /tmp/big.tar && rm /tmp/big.tar
+  [[ -f /tmp/big/tvm.tar.xz ]] && tar -C "$site" -xJf /tmp/big/tvm.tar.xz
+  for wheel in /tmp/big/*.whl; do
+    [[ -f $wheel ]] && "$python" -m pip install -q --no-index --no-deps --no-compile --target "$site" "$wheel"
+  done
+fi
+export PYTHONPATH=$site:$root/bindings
+export LD_LIBRARY_PATH=$deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
+export PATH=/usr/local/cuda/bin:$PATH
+
+log "building"
+cmake -S . -B build/gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DPython_EXECUTABLE=$python \
+  -DCMAKE_PREFIX_PATH=$deps/usr -DKCORAL_BUILD_TESTS=ON -DKCORAL_BUILD_EXAMPLES=OFF >"$out/cmake.log" 2>&1 ||
+  { tail -30 "$out/cmake.log"; exit 1; }
+ninja -C build/gpu -j16 >"$out/build.log" 2>&1 || { grep -E "error|FAILED" "$out/build.log" | head -30; exit 1; }
+nvcc -O3 -std=c++17 -arch=sm_90a benchmarks/gpu/raw_cupti.cu -o build/gpu/raw_cupti \
+  -I/usr/local/cuda/include -L/usr/local/cuda/lib64 -L/usr/local/cuda-13.0/targets/x86_64-linux/lib -lcupti \
+  -Xlinker -rpath -Xlinker /usr/local/cuda-13.0/targets/x86_64-linux/lib || exit 1
+log "C++ units"
+KCORAL_PYTHON=$python ctest --test-dir build/gpu --output-on-failure 2>&1 | tail -30
+[[ ${1:-} == build ]] && exit 0
+
+server=build/gpu/kcoral-server/kcoral-server
+start() {  # name, flags...: starts a server, prints its URL
+  local name=$1; shift
+  $server --port 0 --python $python --work-root /tmp/kcoral-work-$name "$@" >"$out/server-$name.log" 2>&1 &
+  echo $! >>/tmp/kcoral-servers
+  for _ in $(seq 1 600); do
+    grep -q "listening on" "$out/server-$name.log" && break
+    sleep 0.1
+  done
+  grep -o "http://[0-9.]*:[0-9]*" "$out/server-$name.log" | head -n 1
+}
+rm -f /tmp/kcoral-servers
+gpu=$(start gpu --device gpu --gpus 0 --workers-per-gpu 2)
+reused=$(start reused --device gpu --gpus 0 --workers-per-gpu 2 --programs-per-worker 64)
+cpu=$(start cpu --device cpu --num-workers 4)
+log "servers: gpu=$gpu reused=$reused cpu=$cpu"
+[[ -n $gpu && -n $cpu ]] || { tail -20 "$out"/server-*.log; exit 1; }
+
+summary=$out/gpu-check.md
+{
+  echo "# GPU check, $(date -u +%Y-%m-%dT%H:%MZ)"
+  echo
+  nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | sed 's/^/GPU: /'
+  echo
+  echo "| example | status | kernel times |"
+  echo "| --- | --- | --- |"
+} >"$summary"
+example() {  # name, script, env...
+  local name=$1 script=$2; shift 2
+  if env "$@" timeout 600 "$python" "$script" >"$out/example-$name.log" 2>&1; then status=passed; else status=FAILED; fi
+  times=$(grep -oE "(kernel [0-9.]+ us|[0-9.]+ us)" "$out/example-$name.log" | tr '\n' ' ')
+  echo "| $name | $status | $times |" >>"$summary"
+  log "example $name: $status"
+  [[ $status == passed ]] || tail -15 "$out/example-$name.log"
+}
+example benchmark_kernel examples/benchmark_kernel.py KCORAL_URL=$gpu
+example remote_compile_client examples/remote_compile_client.py KCORAL_URL=$gpu
+example library_upload_client examples/library_upload_client.py KCORAL_URL=$gpu
+example remote_compilation_client examples/remote_compilation_client.py KCORAL_URL=$gpu KCORAL_CPU_URL=$cpu
+
+log "GPU tests"
+KCORAL_GPU_URL=$gpu timeout 900 "$python" -m pytest -q -p no:cacheprovider test/python/gpu 2>&1 | tee "$out/gpu-tests.log" | tail -15
+echo >>"$summary"
+echo "GPU tests: $(tail -n 1 "$out/gpu-tests.log")" >>"$summary"
+
+log "measurements"
+echo >>"$summary"
+timeout 900 "$python" benchmarks/gpu/gpu_checks.py --fresh "$gpu" --reused "$reused" \
+  --raw-cupti build/gpu/raw_cupti --json "$out/gpu-figures.json" 2>&1 | tee -a "$summary"
+xargs kill -TERM </tmp/kcoral-servers 2>/dev/null
+sleep 2
+cp "$summary" "$out/gpu-figures.json" "$result"/ 2>/dev/null
+tar -C /tmp -czf "$result/logs.tar.gz" kcoral-logs
+echo
+cat "$summary"

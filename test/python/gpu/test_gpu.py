@@ -1,0 +1,124 @@
+"""GPU features against a running GPU server (KCORAL_GPU_URL); skipped without one.
+
+benchmarks/gpu/run.sh starts the server on the GPU machine and runs these there:
+the target and versions, CUDA tensors, the cpu_only guard (flags GPU use, lets device
+queries through), benchmark() (its report, its refusal of a call without GPU activity,
+selection through get_function), library uploads, lease times, and recovery from a
+sticky CUDA error.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from kcoral import Client, Program
+
+URL = os.environ.get("KCORAL_GPU_URL")
+pytestmark = pytest.mark.skipif(not URL, reason="needs a GPU server: set KCORAL_GPU_URL")
+
+
+def run(source: str, name: str, *args, cpu_only: bool = False, uploads=()):
+    program = Program()
+    module = program.upload(id="m", kind="module", source=source)
+    function = program.get_function(id="f", module=module, name=name, cpu_only=cpu_only)
+    refs = [program.upload(id=f"u{i}", kind="tensor", value=value) for i, value in enumerate(uploads)]
+    program.return_(key="out", value=program.run(id="out", fn=function, args=[*refs, *args]))
+    with Client(URL) as client:
+        return client.execute(program, timeout_seconds=300)
+
+
+def test_health_reports_the_gpu_and_its_software():
+    with Client(URL) as client:
+        health = client.health()
+        assert health["gpu_count"] >= 1
+        assert client.target()["arch"].startswith("sm_")
+    assert {"torch", "python", "numpy"} <= set(health["versions"])
+
+
+def test_tensor_uploads_are_cuda_tensors_and_come_back_as_numpy():
+    source = "def f(x):\n    assert x.is_cuda, x.device\n    return x * 2\n"
+    result = run(source, "f", uploads=[np.arange(8, dtype=np.float32)])
+    assert result.completed, result.error
+    np.testing.assert_array_equal(result.results["out"], np.arange(8, dtype=np.float32) * 2)
+    assert result.lease_held_ms > 0
+
+
+def test_cpu_only_use_of_the_gpu_is_caught_with_the_call_and_line():
+    source = "import torch\n\ndef f():\n    x = 1\n    return torch.zeros(4, device='cuda').sum().item()\n"
+    result = run(source, "f", cpu_only=True)
+    assert result.status == "FAILED"
+    assert result.error["kind"] == "gpu_access", result.error
+    assert result.error["cuda_call"]
+    assert result.error["location"].endswith(":5"), result.error["location"]
+
+
+def test_cpu_only_device_queries_are_allowed():
+    source = ("import torch\n\ndef f():\n    return [torch.cuda.device_count(), "
+              "list(torch.cuda.get_device_capability()), torch.cuda.is_available()]\n")
+    result = run(source, "f", cpu_only=True)
+    assert result.completed, result.error
+    assert result.results["out"][0] >= 1
+
+
+def test_benchmark_reports_a_kernel_and_refuses_a_call_without_gpu_activity():
+    source = ("import torch\nfrom kcoral.builtins import benchmark\n\n"
+              "def f(x):\n    return benchmark(torch.add, x, 1.0, {'warmup': 3, 'repeat': 20})\n\n"
+              "def none(x):\n    return benchmark(lambda v: None, x)\n")
+    result = run(source, "f", uploads=[np.ones(1024, dtype=np.float32)])
+    assert result.completed, result.error
+    report = result.results["out"]
+    assert report["repeat"] == 20 and report["warmup"] == 3
+    assert 0 < report["latency_ms_min"] <= report["latency_ms_median"] <= report["latency_ms_max"]
+    assert report["activities_per_call"] >= 1 and report["activities_stable"]
+    failed = run(source, "none", uploads=[np.ones(4, dtype=np.float32)])
+    assert failed.status == "FAILED" and "no GPU activity" in failed.error["message"]
+
+
+def test_benchmark_selected_with_get_function():
+    program = Program()
+    module = program.upload(id="m", kind="module",
+                            source="import torch\nfrom kcoral.builtins import benchmark\n")
+    bench = program.get_function(id="benchmark", module=module, name="benchmark")
+    torch_module = program.upload(id="t", kind="module", source="import torch\nadd = torch.add\n")
+    add = program.get_function(id="add", module=torch_module, name="add")
+    x = program.upload(id="x", kind="tensor", value=np.ones(256, dtype=np.float32))
+    program.return_(key="timing", value=program.run(id="timing", fn=bench, args=[add, x, 2.0]))
+    with Client(URL) as client:
+        result = client.execute(program, timeout_seconds=300)
+    assert result.completed, result.error
+    assert result.results["timing"]["latency_ms_median"] > 0
+
+
+def test_a_library_that_does_not_load_is_a_compile_error():
+    program = Program()
+    library = program.upload(id="lib", kind="library", value=b"not a shared object")
+    program.get_function(id="f", module=library, name="f")
+    with Client(URL) as client:
+        result = client.execute(program, timeout_seconds=60)
+    assert result.status == "FAILED" and result.error["kind"] == "compile"
+
+
+def test_a_sticky_cuda_error_fails_its_program_and_the_next_one_runs():
+    source = r'''
+import triton
+import triton.language as tl
+import torch
+
+
+@triton.jit
+def poke(pointer):
+    tl.store(pointer + (1 << 40), 1.0)
+
+
+def f():
+    x = torch.zeros(1, device="cuda")
+    poke[(1,)](x)
+    torch.cuda.synchronize()
+'''
+    broken = run(source, "f")
+    assert broken.status == "FAILED" and broken.error["kind"] == "runtime", broken.error
+    healthy = run("def f(x):\n    return x + 1\n", "f", uploads=[np.zeros(2, dtype=np.float32)])
+    assert healthy.completed, healthy.error
