@@ -27,6 +27,12 @@ int main(int argc, char** argv) {
                  "check, or wait)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  app.add_option("--context-inits-at-once", config.context_inits_at_once,
+                 "GPU server: workers of one GPU that may make their CUDA context at the same time "
+                 "(a context takes a quarter second or more; with a fresh worker per program this "
+                 "bounds programs per second; 1 keeps context making strictly sequential)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   app.add_option("--programs-per-worker", config.programs_per_worker,
                  "Programs a worker process runs before it is replaced; 1 gives every program a fresh "
                  "process (the default; more is faster but lets one program's state reach the next)")

@@ -44,6 +44,7 @@ struct PoolWorker {
   bool ready = false;
   bool closed = false;
   bool continues = false;  // the child will take another program after this one
+  bool making_context = false;  // holds one of its GPU's context-making turns
   std::shared_ptr<ExecuteJob> job;
   Clock::time_point dispatched;
   std::optional<std::size_t> progress;  // the instruction now running

@@ -56,6 +56,7 @@ int run_server(ServerConfig config) {
   WorkerPool::Config pool_config;
   pool_config.queue_timeout_seconds = config.queue_timeout_seconds;
   pool_config.programs_per_worker = config.programs_per_worker;
+  pool_config.context_inits_at_once = config.context_inits_at_once;
   pool_config.zygote = {config.worker_path, config.device, config.work_root, config.python,
                         config.programs_per_worker};
   pool_config.workers_per_group = config.num_workers;

@@ -15,6 +15,7 @@ struct ServerConfig {
   std::vector<int> gpus{0};     // gpu mode: NVML device indexes
   std::size_t workers_per_gpu = 2;
   std::size_t programs_per_worker = 1;  // 1: every program in a fresh process
+  std::size_t context_inits_at_once = 8;
   double default_timeout_seconds = 300;
   double max_timeout_seconds = 900;
   double queue_timeout_seconds = 1800;

@@ -36,7 +36,8 @@ WorkerPool::WorkerPool(boost::asio::io_context& io, Config config)
       config_(std::move(config)),
       restart_timer_(strand_),
       program_leases_(config_.groups.size()),
-      init_leases_(config_.groups.size()) {}
+      inits_running_(config_.groups.size(), 0),
+      inits_waiting_(config_.groups.size()) {}
 
 WorkerPool::~WorkerPool() {
   for (auto& [pid, worker] : workers_) worker->kill_tree();
@@ -179,8 +180,10 @@ void WorkerPool::top_up() {
   for (const auto& [pid, worker] : workers_)
     if (!worker->job && !worker->closed) ++prepared[worker->group];  // idle or starting
   for (std::size_t group : pending_forks_) ++prepared[group];
+  // Prepared ahead: enough to run a group's programs and to keep its context making busy.
+  std::size_t target = std::max(config_.workers_per_group, config_.context_inits_at_once);
   for (std::size_t group = 0; group < config_.groups.size(); ++group) {
-    for (; prepared[group] < config_.workers_per_group; ++prepared[group]) {
+    for (; prepared[group] < target; ++prepared[group]) {
       pending_forks_.push_back(group);
       zygote_->request_fork(config_.groups[group]);
     }
@@ -260,8 +263,10 @@ void WorkerPool::handle_message(const PoolWorkerPtr& worker, Message message) {
     dispatch();
   } else if (type == "progress") {
     worker->progress = json.value("index", std::size_t{0});
-  } else if (type == "lease" || type == "init_lease") {
-    handle_lease(worker, type == "init_lease", json.value("acquire", false));
+  } else if (type == "lease") {
+    handle_lease(worker, json.value("acquire", false));
+  } else if (type == "init_lease") {
+    handle_init_lease(worker, json.value("acquire", false));
   } else if (type == "gpu_access") {
     // A cpu_only call used the GPU: note whose program held it at that moment.
     if (auto holder = program_leases_.holder(worker->group)) {
@@ -281,27 +286,50 @@ void WorkerPool::handle_message(const PoolWorkerPtr& worker, Message message) {
   }
 }
 
-void WorkerPool::handle_lease(const PoolWorkerPtr& worker, bool initialization, bool acquire) {
-  LeaseManager& leases = initialization ? init_leases_ : program_leases_;
+void WorkerPool::handle_lease(const PoolWorkerPtr& worker, bool acquire) {
   auto holder = static_cast<LeaseManager::HolderId>(worker->pid);
   if (!acquire) {
-    leases.release(worker->group, holder);
+    program_leases_.release(worker->group, holder);
     return;
   }
-  if (!initialization) worker->pause_deadline();  // lease waiting is not the program's time
+  worker->pause_deadline();  // lease waiting is not the program's time
   // Granted now or, later, inside another worker's release: either way, continue on the
   // strand, and only if this worker is still the one asking.
-  auto granted = [this, worker, initialization] {
-    boost::asio::post(strand_, [this, worker, initialization] {
-      if (worker->closed) return;
-      if (!initialization) worker->resume_deadline();
-      if (!worker->channel.send(R"({"type":"lease_granted"})")) worker->kill_tree();
-    });
-  };
-  if (auto status = leases.acquire(worker->group, holder, granted); !status) {
+  auto granted = [this, worker] { boost::asio::post(strand_, [this, worker] { grant(worker, true); }); };
+  if (auto status = program_leases_.acquire(worker->group, holder, granted); !status) {
     std::fprintf(stderr, "kcoral-server: %s\n", status.error().message.c_str());
     worker->kill_tree();
   }
+}
+
+void WorkerPool::handle_init_lease(const PoolWorkerPtr& worker, bool acquire) {
+  std::size_t group = worker->group;
+  if (acquire) {
+    worker->making_context = true;
+    if (inits_running_[group] < config_.context_inits_at_once) {
+      ++inits_running_[group];
+      grant(worker, false);
+    } else {
+      inits_waiting_[group].push_back(worker);
+    }
+    return;
+  }
+  if (!worker->making_context) return;
+  worker->making_context = false;
+  --inits_running_[group];
+  while (!inits_waiting_[group].empty() && inits_running_[group] < config_.context_inits_at_once) {
+    PoolWorkerPtr next = inits_waiting_[group].front();
+    inits_waiting_[group].pop_front();
+    if (next->closed) continue;
+    ++inits_running_[group];
+    grant(next, false);
+  }
+}
+
+void WorkerPool::grant(const PoolWorkerPtr& worker, bool resume_deadline) {
+  if (worker->closed) return;
+  if (resume_deadline) worker->resume_deadline();
+  if (!worker->channel.send(R"({"type":"lease_granted"})")) worker->kill_tree();
 }
 
 void WorkerPool::worker_closed(const PoolWorkerPtr& worker) {
@@ -364,7 +392,8 @@ void WorkerPool::forget(const PoolWorkerPtr& worker) {
   worker->readable.close(ignored);
   worker->channel = Channel();  // the child sees its channel close and exits
   program_leases_.finish(static_cast<LeaseManager::HolderId>(worker->pid));
-  init_leases_.finish(static_cast<LeaseManager::HolderId>(worker->pid));
+  if (worker->making_context) handle_init_lease(worker, false);  // its turn goes to the next
+  std::erase(inits_waiting_[worker->group], worker);
   std::erase(idle_, worker);
   workers_.erase(worker->pid);
   // Normally the zygote removes this when it reaps the child; not if it died first.

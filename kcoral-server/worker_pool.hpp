@@ -5,8 +5,8 @@
 // UUID), a single group on a CPU server. The pool keeps each group's prepared children
 // at its size, forked ahead of time by the zygote, so a program starts on a process that
 // is already up. It also brokers the GPU leases its workers ask for: the program lease
-// (first come first served, handed straight to the longest waiter) and the lease under
-// which a new worker makes its CUDA context, one at a time per GPU. A job waits in the
+// (first come first served, handed straight to the longest waiter) and the turns in
+// which new workers make their CUDA contexts, a bounded number at a time per GPU. A job waits in the
 // queue for at most the queue timeout (then: busy); a running job that passes its
 // deadline, lease waiting not counted, has its worker's process tree killed (then:
 // timeout); a worker that dies mid-program fails the instruction it was running and its
@@ -44,6 +44,9 @@ class WorkerPool {
     // a single empty entry on a CPU server.
     std::vector<std::string> groups{""};
     std::size_t programs_per_worker = 1;  // 1: a fresh process for every program
+    // GPU: workers of one GPU that make their CUDA context at the same time. Contexts take
+    // a quarter second or more to make; with fresh workers this bounds programs/s.
+    std::size_t context_inits_at_once = 1;
     double queue_timeout_seconds = 1800;
     ZygoteConfig zygote;
   };
@@ -85,7 +88,9 @@ class WorkerPool {
   void start_job(const PoolWorkerPtr& worker, std::shared_ptr<ExecuteJob> job);
   void read_worker(const PoolWorkerPtr& worker);
   void handle_message(const PoolWorkerPtr& worker, Message message);
-  void handle_lease(const PoolWorkerPtr& worker, bool initialization, bool acquire);
+  void handle_lease(const PoolWorkerPtr& worker, bool acquire);
+  void handle_init_lease(const PoolWorkerPtr& worker, bool acquire);
+  void grant(const PoolWorkerPtr& worker, bool resume_deadline);
   void worker_closed(const PoolWorkerPtr& worker);
   void finish(const PoolWorkerPtr& worker, Result<ProgramResult> result);
   void crashed(const PoolWorkerPtr& worker, const std::string& how);
@@ -99,7 +104,9 @@ class WorkerPool {
   std::unique_ptr<Zygote> zygote_;
   boost::asio::steady_timer restart_timer_;
   LeaseManager program_leases_;  // per group (GPU)
-  LeaseManager init_leases_;     // per group: one CUDA context made at a time
+  // Per group: workers making their CUDA context now, and those waiting to.
+  std::vector<std::size_t> inits_running_;
+  std::vector<std::deque<PoolWorkerPtr>> inits_waiting_;
 
   std::map<pid_t, PoolWorkerPtr> workers_;  // every live child we know of
   std::deque<PoolWorkerPtr> idle_;

@@ -11,6 +11,7 @@
 #include <cupti.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
@@ -66,8 +67,14 @@ int main(int argc, char** argv) {
   cudaMalloc(&y, sizeof(float) * n);
   cudaMalloc(&flush, 2 * static_cast<size_t>(l2));
   cudaMemset(x, 0, sizeof(float) * n);
-  for (int i = 0; i < 100; ++i) add_one_kernel<<<(n + 255) / 256, 256>>>(x, y, n);  // warm up
-  cudaDeviceSynchronize();
+  // Warm up the way benchmark() does, long enough for the SM clock to rise from idle.
+  for (auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
+       std::chrono::steady_clock::now() < until;) {
+    cudaMemset(flush, 0, 2 * static_cast<size_t>(l2));
+    cudaDeviceSynchronize();
+    for (int k = 0; k < per_call; ++k) add_one_kernel<<<(n + 255) / 256, 256>>>(x, y, n);
+    cudaDeviceSynchronize();
+  }
 
   cuptiActivityRegisterCallbacks(requested, completed);
   cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);

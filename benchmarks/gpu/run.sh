@@ -7,6 +7,7 @@
 #
 #   benchmarks/gpu/run.sh stash      keep the carried part of the large wheels for a later call
 #   benchmarks/gpu/run.sh build      that, then unpack, build and run the C++ units
+#   benchmarks/gpu/run.sh measure    the GPU tests and the measurements, not the examples
 #   benchmarks/gpu/run.sh            everything (with what earlier calls stashed)
 #
 # Brought along (ignored folders): .gpu-carry/debs/*.deb (simdjson, CLI11, nlohmann-json),
@@ -89,10 +90,12 @@ example() {  # name, script, env...
   log "example $name: $status"
   [[ $status == passed ]] || tail -15 "$out/example-$name.log"
 }
+if [[ ${1:-} != measure ]]; then
 example benchmark_kernel examples/benchmark_kernel.py KCORAL_URL=$gpu
 example remote_compile_client examples/remote_compile_client.py KCORAL_URL=$gpu
 example library_upload_client examples/library_upload_client.py KCORAL_URL=$gpu
 example remote_compilation_client examples/remote_compilation_client.py KCORAL_URL=$gpu KCORAL_CPU_URL=$cpu
+fi
 
 log "GPU tests"
 KCORAL_GPU_URL=$gpu timeout 900 "$python" -m pytest -q -p no:cacheprovider test/python/gpu 2>&1 | tee "$out/gpu-tests.log" | tail -15

@@ -79,7 +79,7 @@ TEST_CASE("send_run sends the blobs with their digests, then the run request") {
   for (std::size_t i = 0; i < 3; ++i) {
     auto received = kcoral::Blob::from_fd(std::move(messages[0].fds[i]));
     REQUIRE(received.has_value());
-    CHECK(kcoral::sha256_hex(received->view()) == batch["digests"][i]);
+    CHECK(kcoral::sha256_hex(received->view()) == batch["digests"][i].get<std::string>());
   }
   Json run = Json::parse(messages[1].json);
   CHECK(run == Json{{"type", "run"}, {"request_id", "rid"}, {"output_limit_bytes", 77}, {"max_binary_bytes", 88},

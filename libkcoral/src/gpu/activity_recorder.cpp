@@ -9,7 +9,8 @@
 namespace kcoral::gpu {
 namespace {
 
-constexpr std::size_t kBufferBytes = 8u << 20;
+// Large buffers: CUPTI asks for a new one inside a launch, which would stretch that call.
+constexpr std::size_t kBufferBytes = 64u << 20;
 constexpr CUpti_ActivityKind kKinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
                                          CUPTI_ACTIVITY_KIND_MEMCPY2, CUPTI_ACTIVITY_KIND_MEMSET};
 

@@ -138,32 +138,39 @@ Result<BenchmarkReport> run_benchmark(const BenchmarkCall& call, const Benchmark
   std::vector<unsigned> clocks;
   std::vector<CallTrace> traces;
   traces.reserve(static_cast<std::size_t>(report.repeat));
+  // Each call is fenced (device drained, flush done) and its window on CUPTI's clock noted;
+  // the records are read once, after the loop: flushing CUPTI's buffers between calls
+  // makes the next launches slower and would stretch the span of multi-kernel calls.
   Status loop = {};
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> windows;
+  windows.reserve(static_cast<std::size_t>(report.repeat));
   for (std::int64_t i = 0; i < report.repeat && loop; ++i) {
     if (loop = fence(); !loop) break;
-    (void)(*recorder)->collect();  // the flush's own records, and anything older
     std::uint64_t called_at = (*recorder)->now_ns();
     if (loop = call(); !loop) break;
     if (CUresult synced = cuda->cuCtxSynchronize(); synced != CUDA_SUCCESS) {
       loop = fail(ErrorKind::runtime, describe(synced, "cuCtxSynchronize"));
       break;
     }
-    std::vector<GpuActivity> activities = (*recorder)->collect();
-    std::erase_if(activities, [&](const GpuActivity& a) { return a.start_ns < called_at; });
-    std::sort(activities.begin(), activities.end(),
-              [](const GpuActivity& a, const GpuActivity& b) { return a.start_ns < b.start_ns; });
-    CallTrace trace;
-    if (!activities.empty()) {
-      std::uint64_t last = 0;
-      for (const GpuActivity& a : activities) {
-        last = std::max(last, a.end_ns);
-        trace.activities.push_back(a.name);
-      }
-      trace.span_ms = static_cast<double>(last - activities.front().start_ns) / 1e6;
-    }
-    traces.push_back(std::move(trace));
+    windows.emplace_back(called_at, (*recorder)->now_ns());
     if (!uuid.empty() && (i % 16 == 0 || i + 1 == report.repeat))
       if (auto mhz = sm_clock_mhz(uuid)) clocks.push_back(*mhz);
+  }
+  std::vector<GpuActivity> activities = (*recorder)->collect();
+  std::sort(activities.begin(), activities.end(),
+            [](const GpuActivity& a, const GpuActivity& b) { return a.start_ns < b.start_ns; });
+  auto next = activities.begin();
+  for (const auto& [from, to] : windows) {
+    while (next != activities.end() && next->start_ns < from) ++next;  // flushes, strays
+    CallTrace trace;
+    std::uint64_t first = 0, last = 0;
+    for (; next != activities.end() && next->start_ns <= to; ++next) {
+      if (trace.activities.empty()) first = next->start_ns;
+      last = std::max(last, next->end_ns);
+      trace.activities.push_back(next->name);
+    }
+    if (!trace.activities.empty()) trace.span_ms = static_cast<double>(last - first) / 1e6;
+    traces.push_back(std::move(trace));
   }
   (*recorder)->disable();
   if (!loop) return std::unexpected(loop.error());

@@ -2,9 +2,10 @@
 //
 // Each call is measured from its first GPU activity to its last (kernels, copies,
 // memsets; gaps included, host work before and after excluded), from CUPTI activity
-// records. Activities are attributed to a call by fencing it: the device is drained and
-// CUPTI flushed before the call, so the records gathered after it are its own. No API
-// tracing runs in the timed loop. The optional L2 flush (zeroing twice the L2) happens
+// records. Activities are attributed to a call by fencing it: the device is drained
+// before and after each call, and the activities that start inside that window on
+// CUPTI's clock are the call's. No API tracing runs in the timed loop, and CUPTI's
+// buffers are read only after it. The optional L2 flush (zeroing twice the L2) happens
 // before each call, outside its span.
 #pragma once
 

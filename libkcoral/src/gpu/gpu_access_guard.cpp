@@ -45,10 +45,15 @@ std::string utf8(PyObject* text) {
 
 // The innermost frame of uploaded code as "file:line", and the whole stack as text.
 std::pair<std::string, std::string> python_location(const std::string& uploaded_code_dir) {
-  if (!PyGILState_Check()) return {"native code (no Python frame)", ""};
+  if (!Py_IsInitialized()) return {"native code (no Python frame)", ""};
+  // Frameworks release the GIL around their CUDA calls (torch's lazy init does); this
+  // thread's Python frames are still there, read under the GIL.
+  PyGILState_STATE gil = PyGILState_Ensure();
   std::string location;
   std::string stack;
-  for (PyFrameObject* frame = PyEval_GetFrame(); frame != nullptr;) {
+  PyThreadState* thread = PyGILState_GetThisThreadState();
+  PyFrameObject* innermost = thread != nullptr ? PyThreadState_GetFrame(thread) : nullptr;  // new ref
+  for (PyFrameObject* frame = innermost; frame != nullptr;) {
     python::PyRef code = python::PyRef::steal(reinterpret_cast<PyObject*>(PyFrame_GetCode(frame)));
     python::PyRef file = python::PyRef::steal(PyObject_GetAttrString(code.get(), "co_filename"));
     python::PyRef name = python::PyRef::steal(PyObject_GetAttrString(code.get(), "co_name"));
@@ -58,10 +63,13 @@ std::pair<std::string, std::string> python_location(const std::string& uploaded_
     if (location.empty() && path.starts_with(uploaded_code_dir))
       location = path.substr(path.rfind('/') + 1) + ":" + std::to_string(line);
     PyFrameObject* back = PyFrame_GetBack(frame);  // new reference
-    Py_XDECREF(back);  // the chain stays alive through the current frame
+    Py_XDECREF(back);  // the chain stays alive through the innermost frame
     frame = back;
   }
+  Py_XDECREF(innermost);
   PyErr_Clear();
+  PyGILState_Release(gil);
+  if (stack.empty()) return {"native code (no Python frame)", ""};
   return {location.empty() ? "outside the uploaded code" : location, stack};
 }
 
