@@ -39,7 +39,11 @@ if [[ ${1:-} != build ]] && compgen -G "$stash/part.*" >/dev/null; then
     [[ -f $wheel ]] && "$python" -m pip install -q --no-index --no-deps --no-compile --target "$site" "$wheel"
   done
 fi
-export PYTHONPATH=$site:$root/bindings
+# $site is a site directory: its .pth files (CuTeDSL puts its packages on sys.path with
+# one) run only when site.addsitedir reads them, here through a sitecustomize.
+mkdir -p /tmp/kcoral-sitecustomize
+echo "import site; site.addsitedir('$site')" >/tmp/kcoral-sitecustomize/sitecustomize.py
+export PYTHONPATH=/tmp/kcoral-sitecustomize:$root/bindings
 export LD_LIBRARY_PATH=$deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
 export PATH=/usr/local/cuda/bin:$PATH
 
@@ -84,8 +88,10 @@ summary=$out/gpu-check.md
 } >"$summary"
 example() {  # name, script, env...
   local name=$1 script=$2; shift 2
-  if env "$@" timeout 600 "$python" "$script" >"$out/example-$name.log" 2>&1; then status=passed; else status=FAILED; fi
-  times=$(grep -oE "(kernel [0-9.]+ us|[0-9.]+ us)" "$out/example-$name.log" | tr '\n' ' ')
+  # An example reports a failed program and goes on, so its exit code alone is not enough.
+  if env "$@" timeout 600 "$python" "$script" >"$out/example-$name.log" 2>&1 &&
+     ! grep -qE ": FAILED|Traceback" "$out/example-$name.log"; then status=passed; else status=FAILED; fi
+  times=$(grep -oE "^[A-Za-z ]+:|kernel [0-9.]+ us|'latency_ms_median': [0-9.e-]+" "$out/example-$name.log" | tr '\n' ' ')
   echo "| $name | $status | $times |" >>"$summary"
   log "example $name: $status"
   [[ $status == passed ]] || tail -15 "$out/example-$name.log"
