@@ -11,7 +11,8 @@
 #   benchmarks/gpu/run.sh            everything (with what earlier calls stashed)
 #
 # Brought along (ignored folders): .gpu-carry/debs/*.deb (simdjson, CLI11, nlohmann-json),
-# .gpu-carry/wheels/*.whl (small wheels), .gpu-carry/part.* (pieces of big.tar: the TVM
+# .gpu-carry/wheels/*.whl (small wheels), .gpu-carry/extra/*.whl (more small wheels, on the
+# call with the least else to carry), .gpu-carry/part.* (pieces of big.tar: the TVM
 # wheel's contents as tvm.tar.xz and the CuTeDSL libraries wheel), spread over calls.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -32,6 +33,8 @@ log "unpacking"
 mkdir -p "$deps" "$site"
 for deb in .gpu-carry/debs/*.deb; do dpkg -x "$deb" "$deps"; done
 "$python" -m pip install -q --no-index --no-deps --no-compile --target "$site" .gpu-carry/wheels/*.whl
+compgen -G ".gpu-carry/extra/*.whl" >/dev/null &&
+  "$python" -m pip install -q --no-index --no-deps --no-compile --target "$site" .gpu-carry/extra/*.whl
 if [[ ${1:-} != build ]] && compgen -G "$stash/part.*" >/dev/null; then
   cat "$stash"/part.* > /tmp/big.tar && tar -C /tmp -xf /tmp/big.tar && rm /tmp/big.tar
   [[ -f /tmp/big/tvm.tar.xz ]] && tar -C "$site" -xJf /tmp/big/tvm.tar.xz
