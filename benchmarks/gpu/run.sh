@@ -32,16 +32,17 @@ log() { echo "== $*"; }
 log "unpacking"
 mkdir -p "$deps" "$site"
 for deb in .gpu-carry/debs/*.deb; do dpkg -x "$deb" "$deps"; done
-"$python" -m pip install -q --no-index --no-deps --no-compile --target "$site" .gpu-carry/wheels/*.whl
-compgen -G ".gpu-carry/extra/*.whl" >/dev/null &&
-  "$python" -m pip install -q --no-index --no-deps --no-compile --target "$site" .gpu-carry/extra/*.whl
+wheels=(.gpu-carry/wheels/*.whl)
+compgen -G ".gpu-carry/extra/*.whl" >/dev/null && wheels+=(.gpu-carry/extra/*.whl)
 if [[ ${1:-} != build ]] && compgen -G "$stash/part.*" >/dev/null; then
   cat "$stash"/part.* > /tmp/big.tar && tar -C /tmp -xf /tmp/big.tar && rm /tmp/big.tar
-  [[ -f /tmp/big/tvm.tar.xz ]] && tar -C "$site" -xJf /tmp/big/tvm.tar.xz
-  for wheel in /tmp/big/*.whl; do
-    [[ -f $wheel ]] && "$python" -m pip install -q --no-index --no-deps --no-compile --target "$site" "$wheel"
-  done
+  compgen -G "/tmp/big/*.whl" >/dev/null && wheels+=(/tmp/big/*.whl)
 fi
+# One pip call for all: with --target, a second call skips (or, with --upgrade, replaces)
+# a top-level directory an earlier one made, and the CuTeDSL wheels share theirs.
+rm -rf "$site" && mkdir -p "$site"
+"$python" -m pip install -q --no-index --no-deps --no-compile --target "$site" "${wheels[@]}"
+[[ -f /tmp/big/tvm.tar.xz ]] && tar -C "$site" -xJf /tmp/big/tvm.tar.xz
 # $site is a site directory: its .pth files (CuTeDSL puts its packages on sys.path with
 # one) run only when site.addsitedir reads them, here through a sitecustomize.
 mkdir -p /tmp/kcoral-sitecustomize
