@@ -232,11 +232,15 @@ _DISTRIBUTIONS = {
 
 
 def versions() -> dict[str, str]:
-    """What is installed in this environment, read without importing any of it."""
+    """What is installed in this environment, read without importing any of it (the CUDA
+    version comes from torch, when the worker has imported it)."""
     found = {"python": platform.python_version()}
     for name, distribution in _DISTRIBUTIONS.items():
         try:
             found[name] = importlib.metadata.version(distribution)
         except importlib.metadata.PackageNotFoundError:
             pass
+    torch = sys.modules.get("torch")  # a GPU worker parent has imported it already
+    if torch is not None and getattr(torch.version, "cuda", None):
+        found["cuda"] = str(torch.version.cuda)
     return found
