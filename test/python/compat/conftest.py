@@ -36,7 +36,7 @@ import pytest
 
 import kcoral
 from harness import build_wire, run_case  # type: ignore[import-not-found]
-from programs import CASES  # type: ignore[import-not-found]
+from cases import CASES  # type: ignore[import-not-found]
 
 REPO = Path(__file__).resolve().parents[3]
 HERE = Path(__file__).resolve().parent

@@ -29,12 +29,8 @@ from typing import Any
 import httpx
 import numpy as np
 
-from programs import (  # type: ignore[import-not-found]
-    CASES_BY_NAME,
-    TIMEOUT_SECONDS,
-    Case,
-    make_context,
-)
+from cases import CASES_BY_NAME, make_context  # type: ignore[import-not-found]
+from programs import TIMEOUT_SECONDS, Case  # type: ignore[import-not-found]
 
 ERROR_FIELDS = ("kind", "message", "instruction_index", "instruction_op", "instruction_id")
 RFC3339_UTC = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z")

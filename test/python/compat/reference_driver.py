@@ -19,7 +19,7 @@ import traceback
 
 import kcoral
 from harness import build_wire, run_case  # type: ignore[import-not-found]
-from programs import CASES_BY_NAME  # type: ignore[import-not-found]
+from cases import CASES_BY_NAME  # type: ignore[import-not-found]
 
 
 def main() -> None:

@@ -33,7 +33,8 @@ import pytest
 
 import kcoral
 
-from programs import CASES, Case, Difference  # type: ignore[import-not-found]
+from cases import CASES  # type: ignore[import-not-found]
+from programs import Case, Difference  # type: ignore[import-not-found]
 
 pytestmark = pytest.mark.timeout(900)  # the first test pays for running every case
 

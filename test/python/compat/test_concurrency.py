@@ -24,7 +24,7 @@ import pytest
 
 import kcoral
 from harness import normalize_exception, normalize_result  # type: ignore[import-not-found]
-from programs import CASES_BY_NAME, make_context  # type: ignore[import-not-found]
+from cases import CASES_BY_NAME, make_context  # type: ignore[import-not-found]
 
 pytestmark = pytest.mark.timeout(900)
 
