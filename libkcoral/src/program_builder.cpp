@@ -17,10 +17,11 @@ std::string ProgramBuilder::add_blob(std::string_view data) {
 
 namespace {
 
-Upload upload_of(std::string id, UploadKind kind) {
+Upload upload_of(std::string id, UploadKind kind, std::string blob = {}) {
   Upload upload;
   upload.id = std::move(id);
   upload.kind = kind;
+  upload.blob = std::move(blob);
   return upload;
 }
 
@@ -35,16 +36,13 @@ Ref ProgramBuilder::upload_module(std::string id, std::string source, ModuleLang
 }
 
 Ref ProgramBuilder::upload_bytes(std::string id, std::string_view data) {
-  Upload upload = upload_of(id, UploadKind::bytes);
-  upload.blob = add_blob(data);
-  instructions_.emplace_back(std::move(upload));
+  instructions_.emplace_back(upload_of(id, UploadKind::bytes, add_blob(data)));
   return Ref{std::move(id)};
 }
 
 Ref ProgramBuilder::upload_tensor(std::string id, std::string_view data, Dtype dtype,
                                   std::vector<std::int64_t> shape) {
-  Upload upload = upload_of(id, UploadKind::tensor);
-  upload.blob = add_blob(data);
+  Upload upload = upload_of(id, UploadKind::tensor, add_blob(data));
   upload.dtype = dtype;
   upload.shape = std::move(shape);
   instructions_.emplace_back(std::move(upload));
@@ -52,15 +50,12 @@ Ref ProgramBuilder::upload_tensor(std::string id, std::string_view data, Dtype d
 }
 
 Ref ProgramBuilder::upload_library(std::string id, std::string_view data) {
-  Upload upload = upload_of(id, UploadKind::library);
-  upload.blob = add_blob(data);
-  instructions_.emplace_back(std::move(upload));
+  instructions_.emplace_back(upload_of(id, UploadKind::library, add_blob(data)));
   return Ref{std::move(id)};
 }
 
 Ref ProgramBuilder::upload_file(std::string path, std::string_view data, std::string id) {
-  Upload upload = upload_of(id, UploadKind::file);
-  upload.blob = add_blob(data);
+  Upload upload = upload_of(id, UploadKind::file, add_blob(data));
   upload.path = std::move(path);
   instructions_.emplace_back(std::move(upload));
   return Ref{std::move(id)};
