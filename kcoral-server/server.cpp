@@ -58,7 +58,7 @@ int run_server(ServerConfig config) {
   pool_config.programs_per_worker = config.programs_per_worker;
   pool_config.context_inits_at_once = config.context_inits_at_once;
   pool_config.zygote = {config.worker_path, config.device, config.work_root, config.python,
-                        config.programs_per_worker};
+                        config.programs_per_worker, config.cuda_connections};
   pool_config.workers_per_group = config.num_workers;
   std::string target_arch;
   if (config.device == "gpu") {

@@ -18,6 +18,10 @@ struct ServerConfig {
   // Measured on the H200: 8 at once made no more workers per second than 1 (the driver
   // makes contexts one after another), so the default keeps them strictly sequential.
   std::size_t context_inits_at_once = 1;
+  // GPU workers' CUDA_DEVICE_MAX_CONNECTIONS; 0 leaves CUDA's default (8) or the
+  // environment's. Fewer hardware queues make contexts about twice as fast to create and
+  // destroy (benchmarks/gpu/results), at the cost of false dependencies between streams.
+  int cuda_connections = 0;
   double default_timeout_seconds = 300;
   double max_timeout_seconds = 900;
   double queue_timeout_seconds = 1800;

@@ -42,6 +42,7 @@ struct Options {
   std::string work_root;
   std::string python;
   std::size_t programs_per_worker = 1;
+  int cuda_connections = 0;  // > 0: CUDA_DEVICE_MAX_CONNECTIONS of the children
 };
 
 void raise_descriptor_limit() {
@@ -129,6 +130,8 @@ class Zygote {
       // Pinned to its GPU by UUID before anything in it can touch CUDA; through
       // os.environ, so that programs see the same value CUDA does.
       if (!visible_devices.empty()) set_environment("CUDA_VISIBLE_DEVICES", visible_devices);
+      if (options_.cuda_connections > 0)
+        set_environment("CUDA_DEVICE_MAX_CONNECTIONS", std::to_string(options_.cuda_connections));
       PyGILState_Release(gil);
       ::close(signal_fd);
       (void)control_.release_socket();  // closed: only the zygote may hold the front's line
@@ -192,6 +195,8 @@ int main(int argc, char** argv) {
   app.add_option("--python", options.python, "the Python environment to embed");
   app.add_option("--programs-per-worker", options.programs_per_worker, "programs a child runs before exiting")
       ->check(CLI::PositiveNumber);
+  app.add_option("--cuda-connections", options.cuda_connections, "CUDA_DEVICE_MAX_CONNECTIONS of the children")
+      ->check(CLI::Range(0, 32));
   CLI11_PARSE(app, argc, argv);
 
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the front

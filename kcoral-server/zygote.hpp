@@ -25,6 +25,7 @@ struct ZygoteConfig {
   std::string work_root;
   std::string python;
   std::size_t programs_per_worker = 1;
+  int cuda_connections = 0;  // > 0: the workers' CUDA_DEVICE_MAX_CONNECTIONS
 };
 
 class Zygote {

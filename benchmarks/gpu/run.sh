@@ -7,6 +7,7 @@
 #
 #   benchmarks/gpu/run.sh stash      keep the carried part of the large wheels for a later call
 #   benchmarks/gpu/run.sh build      that, then unpack, build and run the C++ units
+#   benchmarks/gpu/run.sh examples   the examples and the GPU tests, not the measurements
 #   benchmarks/gpu/run.sh measure    the GPU tests and the measurements, not the examples
 #   benchmarks/gpu/run.sh            everything (with what earlier calls stashed)
 #
@@ -77,15 +78,19 @@ start() {  # name, flags...: starts a server, prints its URL
 rm -f /tmp/kcoral-servers
 gpu=$(start gpu --device gpu --gpus 0 --workers-per-gpu 2)
 reused=$(start reused --device gpu --gpus 0 --workers-per-gpu 2 --programs-per-worker 64)
+one_queue=$(start one-queue --device gpu --gpus 0 --workers-per-gpu 2 --cuda-connections 1)
+one_queue_4=$(start one-queue-4 --device gpu --gpus 0 --workers-per-gpu 2 --cuda-connections 1 --context-inits-at-once 4)
 cpu=$(start cpu --device cpu --num-workers 4)
 log "servers: gpu=$gpu reused=$reused cpu=$cpu"
 [[ -n $gpu && -n $cpu ]] || { tail -20 "$out"/server-*.log; exit 1; }
 
-summary=$out/gpu-check.md
+summary=$result/gpu-check.md  # straight into $OUT: it comes back even if the call is cut short
 {
   echo "# GPU check, $(date -u +%Y-%m-%dT%H:%MZ)"
   echo
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | sed 's/^/GPU: /'
+  echo
+  "$python" -c "import sys; from kcoral import Client; print('/health:', Client(sys.argv[1]).health())" "$gpu"
   echo
   echo "| example | status | kernel times |"
   echo "| --- | --- | --- |"
@@ -112,13 +117,16 @@ KCORAL_GPU_URL=$gpu timeout 900 "$python" -m pytest -q -p no:cacheprovider test/
 echo >>"$summary"
 echo "GPU tests: $(tail -n 1 "$out/gpu-tests.log")" >>"$summary"
 
+if [[ ${1:-} != examples ]]; then
 log "measurements"
 echo >>"$summary"
 timeout 900 "$python" benchmarks/gpu/gpu_checks.py --fresh "$gpu" --reused "$reused" \
-  --raw-cupti build/gpu/raw_cupti --json "$out/gpu-figures.json" 2>&1 | tee -a "$summary"
+  --fresh-variant "cuda-connections 1=$one_queue" \
+  --fresh-variant "cuda-connections 1, context-inits-at-once 4=$one_queue_4" \
+  --raw-cupti build/gpu/raw_cupti --json "$result/gpu-figures.json" 2>&1 | tee -a "$summary"
+fi
 xargs kill -TERM </tmp/kcoral-servers 2>/dev/null
 sleep 2
-cp "$summary" "$out/gpu-figures.json" "$result"/ 2>/dev/null
 tar -C /tmp -czf "$result/logs.tar.gz" kcoral-logs
 echo
 cat "$summary"

@@ -146,3 +146,13 @@ def test_monkeypatched_hashlib_cannot_corrupt_the_response(server):
     document, parts = response_document(response)
     node = document["results"]["out"]
     assert node["sha256"] == hashlib.sha256(parts[node["part"]]).hexdigest()
+
+
+ENVIRONMENT = "import os\n\ndef get(name):\n    return os.environ.get(name)\n"
+
+
+def test_cuda_connections_set_by_the_server_are_what_programs_see(server, start_module_server):
+    name = "CUDA_DEVICE_MAX_CONNECTIONS"
+    assert server.execute(call(ENVIRONMENT, "get", name)).raise_for_error()["out"] == os.environ.get(name)
+    one_queue = start_module_server("--num-workers", "1", "--cuda-connections", "1")
+    assert one_queue.execute(call(ENVIRONMENT, "get", name)).raise_for_error()["out"] == "1"

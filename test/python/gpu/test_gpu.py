@@ -1,8 +1,8 @@
 """GPU features against a running GPU server (KCORAL_GPU_URL); skipped without one.
 
 benchmarks/gpu/run.sh starts the server on the GPU machine and runs these there:
-the target and versions, CUDA tensors, the cpu_only guard (flags GPU use, lets device
-queries through), benchmark() (its report, its refusal of a call without GPU activity,
+the target and versions, CUDA tensors, the cpu_only guard (flags GPU use with the program
+it interfered with, lets device queries through), benchmark() (its report, its refusal of a call without GPU activity,
 selection through get_function), library uploads, lease times, and recovery from a
 sticky CUDA error.
 """
@@ -10,6 +10,8 @@ sticky CUDA error.
 from __future__ import annotations
 
 import os
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -35,7 +37,7 @@ def test_health_reports_the_gpu_and_its_software():
         health = client.health()
         assert health["gpu_count"] >= 1
         assert client.target()["arch"].startswith("sm_")
-    assert {"torch", "python", "numpy"} <= set(health["versions"])
+    assert {"torch", "cuda", "python", "numpy"} <= set(health["versions"])
 
 
 def test_tensor_uploads_are_cuda_tensors_and_come_back_as_numpy():
@@ -53,6 +55,24 @@ def test_cpu_only_use_of_the_gpu_is_caught_with_the_call_and_line():
     assert result.error["kind"] == "gpu_access", result.error
     assert result.error["cuda_call"]
     assert result.error["location"].endswith(":5"), result.error["location"]
+
+
+def test_a_cpu_only_call_that_uses_the_gpu_names_the_program_holding_it():
+    # B loads its module (under the lease), then, in a cpu_only call, touches the GPU while
+    # A holds the lease: B fails, naming A's request as the one it may have disturbed.
+    holder_source = ("import time, torch\n\ndef f():\n    torch.ones(1, device='cuda').sum().item()\n"
+                     "    time.sleep(4)\n")
+    intruder_source = ("import time, torch\n\ndef f():\n    time.sleep(2)\n"
+                       "    return torch.zeros(1, device='cuda').sum().item()\n")
+    results = {}
+    intruder = threading.Thread(target=lambda: results.update(b=run(intruder_source, "f", cpu_only=True)))
+    intruder.start()
+    time.sleep(0.5)
+    results["a"] = run(holder_source, "f")
+    intruder.join()
+    assert results["a"].completed, results["a"].error
+    assert results["b"].error["kind"] == "gpu_access", results["b"].error
+    assert results["b"].error["interfered_request_id"] == results["a"].request_id
 
 
 def test_cpu_only_device_queries_are_allowed():
