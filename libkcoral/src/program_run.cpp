@@ -119,6 +119,7 @@ void ProgramRun::run_instructions() {
   for (current_ = 0; current_ < instructions.size(); ++current_) {
     if (options_.on_instruction) options_.on_instruction(current_);
     try {
+      prepare(instructions[current_]);
       place_lease(instructions[current_]);
       std::visit([this](const auto& instruction) { execute(instruction); }, instructions[current_]);
     } catch (const InstructionFailure& failure) {
@@ -132,6 +133,27 @@ void ProgramRun::run_instructions() {
     if (result_.error) return;
   }
   current_ = instructions.empty() ? 0 : instructions.size() - 1;
+}
+
+void ProgramRun::prepare(const Instruction& instruction) {
+  const auto* upload = std::get_if<Upload>(&instruction);
+  if (upload == nullptr) return;
+  if (upload->kind == UploadKind::module && upload->language == ModuleLanguage::python) {
+    std::string path = own_file_path(upload->id, ".py");
+    if (auto written = write_new_file(path, upload->source); !written)
+      throw InstructionFailure{ErrorKind::engine, written.error().message, ""};
+    try {
+      compiled_modules_[upload->id] = {path, KCORAL_PY_CHECK(PyObject_CallMethod(
+                                                 context_.support, "compile_module", "s#s#", path.data(),
+                                                 static_cast<Py_ssize_t>(path.size()), upload->source.data(),
+                                                 static_cast<Py_ssize_t>(upload->source.size())))};
+    } catch (const PythonException& e) {
+      throw failure_from(e, ErrorKind::parse);
+    }
+  } else if (upload->kind == UploadKind::library) {
+    if (auto written = write_new_file(own_file_path(upload->id, ".so"), blob(upload->blob).view()); !written)
+      throw InstructionFailure{ErrorKind::engine, written.error().message, ""};
+  }
 }
 
 void ProgramRun::place_lease(const Instruction& instruction) {
@@ -224,17 +246,13 @@ void ProgramRun::execute(const Upload& upload) {
         values_[upload.id] = KCORAL_PY_CHECK(PyUnicode_FromStringAndSize(
             upload.path.data(), static_cast<Py_ssize_t>(upload.path.size())));
       return;
-    case UploadKind::library: {
-      std::string path = own_file_path(upload.id, ".so");
-      if (auto written = write_new_file(path, blob(upload.blob).view()); !written)
-        throw InstructionFailure{ErrorKind::engine, written.error().message, ""};
+    case UploadKind::library:
       try {
-        values_[upload.id] = context_.device.load_library(path);
+        values_[upload.id] = context_.device.load_library(own_file_path(upload.id, ".so"));
       } catch (const PythonException& e) {
         throw failure_from(e, ErrorKind::compile);
       }
       return;
-    }
   }
 }
 
@@ -246,17 +264,14 @@ std::string ProgramRun::own_file_path(const std::string& id, const char* extensi
 }
 
 PyRef ProgramRun::load_module(const Upload& upload) {
-  std::string stem = sanitized(upload.id);
-  std::string path = own_file_path(upload.id, ".py");
-  if (auto written = write_new_file(path, upload.source); !written)
-    throw InstructionFailure{ErrorKind::engine, written.error().message, ""};
-  std::string name = python::kUploadedModulePrefix + std::to_string(++context_.modules_loaded) + "_" + stem;
+  auto [path, code] = std::move(compiled_modules_.extract(upload.id).mapped());
+  std::string name =
+      python::kUploadedModulePrefix + std::to_string(++context_.modules_loaded) + "_" + sanitized(upload.id);
   registered_modules_.push_back(name);
   try {
-    return KCORAL_PY_CHECK(PyObject_CallMethod(
-        context_.support, "load_module", "s#s#s#", name.data(), static_cast<Py_ssize_t>(name.size()),
-        path.data(), static_cast<Py_ssize_t>(path.size()), upload.source.data(),
-        static_cast<Py_ssize_t>(upload.source.size())));
+    return KCORAL_PY_CHECK(PyObject_CallMethod(context_.support, "load_module", "s#s#O", name.data(),
+                                               static_cast<Py_ssize_t>(name.size()), path.data(),
+                                               static_cast<Py_ssize_t>(path.size()), code.get()));
   } catch (const PythonException& e) {
     throw failure_from(e, ErrorKind::parse);
   }

@@ -40,6 +40,10 @@ class ProgramRun {
 
  private:
   void run_instructions();
+  // What an instruction can do without the GPU, done before its lease is taken so that it
+  // holds the GPU (and whoever waits for it) no longer than it must: a Python module's
+  // file is written and compiled, a library's file written.
+  void prepare(const Instruction& instruction);
   void place_lease(const Instruction& instruction);
   void drop_lease();
   // The lease, with the time waited for it and held added to the result.
@@ -71,6 +75,8 @@ class ProgramRun {
   std::optional<Workspace> workspace_;
   std::unordered_map<std::string, python::PyRef> values_;
   std::unordered_map<std::string, std::string> module_sources_;  // cuda uploads: id -> text
+  // Python module uploads prepared for loading: id -> (file, code object).
+  std::unordered_map<std::string, std::pair<std::string, python::PyRef>> compiled_modules_;
   std::unordered_set<std::string> cpu_only_functions_;
   std::unordered_map<std::string, UploadKind> uploads_;  // upload id -> kind
   std::vector<std::string> registered_modules_;  // sys.modules names to drop afterwards

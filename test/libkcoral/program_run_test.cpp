@@ -288,6 +288,21 @@ TEST_CASE("a lease that cannot be taken fails the instruction that needs it with
   CHECK(ran.error().message.find("no GPU for you") != std::string::npos);
 }
 
+TEST_CASE("a module is written and compiled before the lease is asked for") {
+  // With no lease to be had, a module that does not compile still fails as itself: the
+  // compile came first. One that compiles then fails for want of the lease.
+  RecordingLease lease;
+  lease.grant = false;
+  ProgramBuilder broken;
+  broken.upload_module("m", "def f(:\n");
+  auto failed = run(broken, {}, &lease);
+  CHECK(failed.error().kind == ErrorKind::parse);
+  CHECK(failed.error().message.rfind("SyntaxError", 0) == 0);
+  ProgramBuilder fine;
+  fine.upload_module("m", "x = 1\n");
+  CHECK(run(fine, {}, &lease).error().kind == ErrorKind::engine);
+}
+
 TEST_CASE("time spent waiting for and holding the lease is reported") {
   RecordingLease lease;
   lease.acquire_delay = std::chrono::milliseconds(60);

@@ -36,8 +36,14 @@ class ResponseTooLarge(Exception):
     """Returned binary data past the server's response limit (a request error, 500)."""
 
 
-def load_module(name: str, path: str, source: str) -> types.ModuleType:
-    """Execute uploaded source as a real module, registered in sys.modules.
+def compile_module(path: str, source: str) -> types.CodeType:
+    """Uploaded source compiled as the file ``path`` (where it also lives), before the
+    GPU lease is taken: compiling needs no GPU."""
+    return compile(source, path, "exec", dont_inherit=True)
+
+
+def load_module(name: str, path: str, code: types.CodeType) -> types.ModuleType:
+    """Execute compiled uploaded source as a real module, registered in sys.modules.
 
     The source also lives at ``path``, so tracebacks, ``inspect.getsource`` (which kernel
     DSLs read their functions through) and pickling all work as for an imported module.
@@ -45,7 +51,7 @@ def load_module(name: str, path: str, source: str) -> types.ModuleType:
     module = types.ModuleType(name)
     module.__file__ = path
     sys.modules[name] = module
-    exec(compile(source, path, "exec", dont_inherit=True), module.__dict__)
+    exec(code, module.__dict__)
     return module
 
 
