@@ -170,16 +170,18 @@ def throughput(url: str, seconds: float = 10.0, clients: int = 8) -> dict[str, f
 def handoff(url: str, rounds: int = 10) -> dict[str, float]:
     """A holds the GPU, B waits for it: from the end of A's last GPU instruction to the
     first line of B's module, which ran because the lease was granted. An upper bound of
-    the handoff: it also holds A draining the device, and B writing and compiling that
-    module."""
+    the handoff: it also holds A draining the device before it lets go, and B starting to
+    execute its module (written and compiled before B asked for the lease)."""
     latencies = []
     for _ in range(rounds):
         first = Program()
         module = first.upload(id="m", kind="module", source=HANDOFF)
         hold = first.get_function(id="hold", module=module, name="hold")
         off_gpu = first.get_function(id="off_gpu", module=module, name="off_gpu", cpu_only=True)
-        first.return_(key="held_until", value=first.run(id="held", fn=hold, args=[0.3]))
-        first.return_(key="after", value=first.run(id="after", fn=off_gpu))
+        held_until = first.run(id="held", fn=hold, args=[0.3])
+        after = first.run(id="after", fn=off_gpu)  # the next instruction: A gives the GPU up
+        first.return_(key="held_until", value=held_until)
+        first.return_(key="after", value=after)
         second = Program()
         module_b = second.upload(id="m", kind="module", source=GRANTED)
         granted = second.get_function(id="granted", module=module_b, name="granted")
@@ -209,6 +211,9 @@ def main() -> None:
     parser.add_argument("--reused", required=True, help="GPU server whose workers run many programs")
     parser.add_argument("--fresh-variant", action="append", default=[], metavar="LABEL=URL",
                         help="another fresh-worker GPU server (other settings) to measure throughput on")
+    parser.add_argument("--churn", action="append", default=[], metavar="LABEL=URL",
+                        help="also time while 6 clients churn this fresh-worker server's workers "
+                             "(the timing program runs there too); --fresh is always measured so")
     parser.add_argument("--raw-cupti", required=True, help="the raw_cupti binary")
     parser.add_argument("--json", help="write the figures here")
     args = parser.parse_args()
@@ -221,16 +226,19 @@ def main() -> None:
                "handoff": handoff(args.fresh)}
     # The same timings while other programs keep new workers making their CUDA contexts:
     # does context making beside a measurement disturb it?
-    churn = threading.Thread(target=lambda: figures.update(throughput_during=throughput(args.fresh, 30.0, 6)))
-    churn.start()
-    time.sleep(2.0)
-    figures["fidelity_during_churn"] = fidelity(args.fresh, args.raw_cupti, CASES[:2], processes=3)
-    churn.join()
+    figures["fidelity_during_churn"] = {}
+    for label, url in [("default settings", args.fresh)] + [c.split("=", 1) for c in args.churn]:
+        churn = threading.Thread(target=lambda: throughput(url, 30.0, 6))
+        churn.start()
+        time.sleep(2.0)
+        figures["fidelity_during_churn"][label] = fidelity(url, args.raw_cupti, CASES[:2], processes=3)
+        churn.join()
     print("Medians of per-process medians; each process's median in brackets.\n")
     print("| timing | benchmark() | raw CUPTI | difference | goal (0.1 us or 1%) |")
     print("| --- | --- | --- | --- | --- |")
     rows = [(row, "") for row in figures["fidelity"][:2]]
-    rows += [(row, ", while 6 clients churn fresh workers") for row in figures["fidelity_during_churn"]]
+    rows += [(row, f", while 6 clients churn fresh workers ({label})")
+             for label, churned in figures["fidelity_during_churn"].items() for row in churned]
     for row, note in rows:
         print(f"| {row['case']}{note} | {row['benchmark_median_us']:.3f} us {row['benchmark_per_process_us']} "
               f"| {row['raw_cupti_us']:.3f} us {row['raw_cupti_per_process_us']} "

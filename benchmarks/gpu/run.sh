@@ -123,6 +123,7 @@ echo >>"$summary"
 timeout 900 "$python" benchmarks/gpu/gpu_checks.py --fresh "$gpu" --reused "$reused" \
   --fresh-variant "cuda-connections 1=$one_queue" \
   --fresh-variant "cuda-connections 1, context-inits-at-once 4=$one_queue_4" \
+  --churn "cuda-connections 1, context-inits-at-once 4=$one_queue_4" \
   --raw-cupti build/gpu/raw_cupti --json "$result/gpu-figures.json" 2>&1 | tee -a "$summary"
 fi
 xargs kill -TERM </tmp/kcoral-servers 2>/dev/null
