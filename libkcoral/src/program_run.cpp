@@ -143,16 +143,18 @@ void ProgramRun::prepare(const Instruction& instruction) {
     if (auto written = write_new_file(path, upload->source); !written)
       throw InstructionFailure{ErrorKind::engine, written.error().message, ""};
     try {
-      compiled_modules_[upload->id] = {path, KCORAL_PY_CHECK(PyObject_CallMethod(
-                                                 context_.support, "compile_module", "s#s#", path.data(),
-                                                 static_cast<Py_ssize_t>(path.size()), upload->source.data(),
-                                                 static_cast<Py_ssize_t>(upload->source.size())))};
+      prepared_[upload->id] = {path, KCORAL_PY_CHECK(PyObject_CallMethod(
+                                         context_.support, "compile_module", "s#s#", path.data(),
+                                         static_cast<Py_ssize_t>(path.size()), upload->source.data(),
+                                         static_cast<Py_ssize_t>(upload->source.size())))};
     } catch (const PythonException& e) {
       throw failure_from(e, ErrorKind::parse);
     }
   } else if (upload->kind == UploadKind::library) {
-    if (auto written = write_new_file(own_file_path(upload->id, ".so"), blob(upload->blob).view()); !written)
+    std::string path = own_file_path(upload->id, ".so");
+    if (auto written = write_new_file(path, blob(upload->blob).view()); !written)
       throw InstructionFailure{ErrorKind::engine, written.error().message, ""};
+    prepared_[upload->id] = {path, PyRef()};
   }
 }
 
@@ -248,7 +250,7 @@ void ProgramRun::execute(const Upload& upload) {
       return;
     case UploadKind::library:
       try {
-        values_[upload.id] = context_.device.load_library(own_file_path(upload.id, ".so"));
+        values_[upload.id] = context_.device.load_library(prepared_.extract(upload.id).mapped().path);
       } catch (const PythonException& e) {
         throw failure_from(e, ErrorKind::compile);
       }
@@ -264,7 +266,7 @@ std::string ProgramRun::own_file_path(const std::string& id, const char* extensi
 }
 
 PyRef ProgramRun::load_module(const Upload& upload) {
-  auto [path, code] = std::move(compiled_modules_.extract(upload.id).mapped());
+  auto [path, code] = std::move(prepared_.extract(upload.id).mapped());
   std::string name =
       python::kUploadedModulePrefix + std::to_string(++context_.modules_loaded) + "_" + sanitized(upload.id);
   registered_modules_.push_back(name);

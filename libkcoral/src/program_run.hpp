@@ -75,8 +75,12 @@ class ProgramRun {
   std::optional<Workspace> workspace_;
   std::unordered_map<std::string, python::PyRef> values_;
   std::unordered_map<std::string, std::string> module_sources_;  // cuda uploads: id -> text
-  // Python module uploads prepared for loading: id -> (file, code object).
-  std::unordered_map<std::string, std::pair<std::string, python::PyRef>> compiled_modules_;
+  // Uploads prepared off the lease (see prepare): their file and, for Python, its code.
+  struct Prepared {
+    std::string path;
+    python::PyRef code;
+  };
+  std::unordered_map<std::string, Prepared> prepared_;
   std::unordered_set<std::string> cpu_only_functions_;
   std::unordered_map<std::string, UploadKind> uploads_;  // upload id -> kind
   std::vector<std::string> registered_modules_;  // sys.modules names to drop afterwards
