@@ -29,8 +29,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--context-inits-at-once", config.context_inits_at_once,
                  "GPU server: workers of one GPU that may make their CUDA context at the same time "
-                 "(a context takes a quarter second or more; with a fresh worker per program this "
-                 "bounds programs per second; 1 keeps context making strictly sequential)")
+                 "(with a fresh worker per program, context making bounds programs per second; 1 keeps "
+                 "it strictly sequential; more helps only with --cuda-connections 1, where 4 doubled it)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   app.add_option("--cuda-connections", config.cuda_connections,

@@ -15,8 +15,10 @@ struct ServerConfig {
   std::vector<int> gpus{0};     // gpu mode: NVML device indexes
   std::size_t workers_per_gpu = 2;
   std::size_t programs_per_worker = 1;  // 1: every program in a fresh process
-  // Measured on the H200: 8 at once made no more workers per second than 1 (the driver
-  // makes contexts one after another), so the default keeps them strictly sequential.
+  // Measured on the H200 (benchmarks/gpu/results): at CUDA's default connections 8 at
+  // once made no more workers per second than 1 (the driver makes contexts one after
+  // another); with cuda_connections = 1, 4 at once doubled them. The default keeps
+  // context making strictly sequential.
   std::size_t context_inits_at_once = 1;
   // GPU workers' CUDA_DEVICE_MAX_CONNECTIONS; 0 leaves CUDA's default (8) or the
   // environment's. Fewer hardware queues make contexts about twice as fast to create and
