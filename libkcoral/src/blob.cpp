@@ -23,25 +23,42 @@ struct Blob::Mapping {
 
 namespace {
 
+constexpr int kSeals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE;
+
 std::unexpected<Error> system_error(std::string_view what) {
   return fail(ErrorKind::engine, std::string(what) + ": " + std::strerror(errno));
+}
+
+Result<UniqueFd> new_memfd() {
+  UniqueFd fd(::memfd_create("kcoral-blob", MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  if (!fd) return system_error("memfd_create");
+  return fd;
+}
+
+Status write_all(int fd, std::span<const std::byte> data) {
+  std::size_t written = 0;
+  while (written < data.size()) {
+    ssize_t n = ::write(fd, data.data() + written, data.size() - written);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return system_error("writing a blob");
+    written += static_cast<std::size_t>(n);
+  }
+  return {};
+}
+
+Status seal(int fd) {
+  if (::fcntl(fd, F_ADD_SEALS, kSeals | F_SEAL_SEAL) != 0) return system_error("sealing a blob");
+  return {};
 }
 
 }  // namespace
 
 Result<Blob> Blob::copy_of(std::span<const std::byte> data) {
-  UniqueFd fd(::memfd_create("kcoral-blob", MFD_CLOEXEC | MFD_ALLOW_SEALING));
-  if (!fd) return system_error("memfd_create");
-  std::size_t written = 0;
-  while (written < data.size()) {
-    ssize_t n = ::write(fd.get(), data.data() + written, data.size() - written);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return system_error("writing a blob");
-    written += static_cast<std::size_t>(n);
-  }
-  if (::fcntl(fd.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) != 0)
-    return system_error("sealing a blob");
-  return from_fd(std::move(fd));
+  auto fd = new_memfd();
+  if (!fd) return std::unexpected(fd.error());
+  if (auto status = write_all(fd->get(), data); !status) return std::unexpected(status.error());
+  if (auto status = seal(fd->get()); !status) return std::unexpected(status.error());
+  return from_fd(std::move(*fd));
 }
 
 Result<Blob> Blob::copy_of(std::string_view data) {
@@ -51,8 +68,25 @@ Result<Blob> Blob::copy_of(std::string_view data) {
 Result<Blob> Blob::from_fd(UniqueFd fd) {
   struct stat info {};
   if (::fstat(fd.get(), &info) != 0) return system_error("fstat on a blob");
+  return map(std::move(fd), static_cast<std::size_t>(info.st_size));
+}
+
+Result<Blob> Blob::from_untrusted_fd(UniqueFd fd, std::uint64_t max_bytes) {
+  struct stat info {};
+  if (::fstat(fd.get(), &info) != 0) return system_error("fstat on a blob");
+  if (!S_ISREG(info.st_mode)) return fail(ErrorKind::engine, "a blob's descriptor is not a regular file");
+  int seals = ::fcntl(fd.get(), F_GET_SEALS);
+  if (seals < 0 || (seals & kSeals) != kSeals)
+    return fail(ErrorKind::engine, "a blob's memfd is not sealed against writing and resizing");
+  if (static_cast<std::uint64_t>(info.st_size) > max_bytes)
+    return fail(ErrorKind::engine, "a blob of " + std::to_string(info.st_size) + " bytes exceeds the limit of " +
+                                       std::to_string(max_bytes));
+  return map(std::move(fd), static_cast<std::size_t>(info.st_size));
+}
+
+Result<Blob> Blob::map(UniqueFd fd, std::size_t size) {
   auto mapping = std::make_shared<Mapping>();
-  mapping->size = static_cast<std::size_t>(info.st_size);
+  mapping->size = size;
   if (mapping->size > 0) {
     void* address = ::mmap(nullptr, mapping->size, PROT_READ, MAP_SHARED, fd.get(), 0);
     if (address == MAP_FAILED) return system_error("mapping a blob");
@@ -60,13 +94,54 @@ Result<Blob> Blob::from_fd(UniqueFd fd) {
   }
   mapping->fd = std::move(fd);
   Blob blob;
+  blob.size_ = mapping->size;
   blob.mapping_ = std::move(mapping);
   return blob;
 }
 
 std::span<const std::byte> Blob::bytes() const {
   if (!mapping_ || mapping_->address == nullptr) return {};
-  return {static_cast<const std::byte*>(mapping_->address), mapping_->size};
+  return {static_cast<const std::byte*>(mapping_->address) + offset_, size_};
+}
+
+std::optional<Blob> Blob::slice(std::size_t offset, std::size_t size) const {
+  if (offset > size_ || size > size_ - offset) return std::nullopt;
+  Blob part = *this;
+  part.offset_ = offset_ + offset;
+  part.size_ = size;
+  return part;
+}
+
+Status BlobBuilder::append(std::string_view data) {
+  return append(std::as_bytes(std::span(data.data(), data.size())));
+}
+
+Status BlobBuilder::append(std::span<const std::byte> data) {
+  if (!fd_) {
+    auto fd = new_memfd();
+    if (!fd) return std::unexpected(fd.error());
+    fd_ = std::move(*fd);
+  }
+  if (auto status = write_all(fd_.get(), data); !status) return status;
+  sizes_.push_back(data.size());
+  bytes_ += data.size();
+  return {};
+}
+
+Result<std::vector<Blob>> BlobBuilder::finish() {
+  std::vector<Blob> parts;
+  if (sizes_.empty()) return parts;
+  if (auto status = seal(fd_.get()); !status) return std::unexpected(status.error());
+  auto whole = Blob::from_fd(std::move(fd_));
+  if (!whole) return std::unexpected(whole.error());
+  std::size_t offset = 0;
+  for (std::size_t size : sizes_) {
+    parts.push_back(*whole->slice(offset, size));
+    offset += size;
+  }
+  sizes_.clear();
+  bytes_ = 0;
+  return parts;
 }
 
 std::string_view Blob::view() const {

@@ -108,7 +108,11 @@ ProgramResult ProgramRun::execute() {
     json.append(Json(key).dump(-1, ' ', false, Json::error_handler_t::replace)).append(":").append(text);
   }
   result_.results_json = json + "}";
-  result_.parts = std::move(parts_);
+  if (auto parts = parts_.finish()) {
+    result_.parts = std::move(*parts);
+  } else if (!result_.error) {
+    fail(current_, ErrorKind::engine, "cannot keep the returned binary data: " + parts.error().message, "");
+  }
   result_.elapsed_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
   return std::move(result_);
@@ -351,8 +355,8 @@ void ProgramRun::execute(const ReturnValue& ret) {
   try {
     encoded = KCORAL_PY_CHECK(PyObject_CallMethod(
         context_.support, "encode_value", "Os#nK", value(ret.value), ret.key.data(),
-        static_cast<Py_ssize_t>(ret.key.size()), static_cast<Py_ssize_t>(parts_.size()),
-        static_cast<unsigned long long>(options_.max_binary_bytes - binary_bytes_)));
+        static_cast<Py_ssize_t>(ret.key.size()), static_cast<Py_ssize_t>(parts_.count()),
+        static_cast<unsigned long long>(options_.max_binary_bytes - parts_.bytes())));
   } catch (const PythonException& e) {
     if (e.error().type_name == "_kcoral_executor.ResponseTooLarge")
       throw InstructionFailure{ErrorKind::response_too_large, e.error().message, ""};
@@ -391,9 +395,9 @@ void ProgramRun::execute(const ReturnPath& ret) {
   auto path = normalize_workspace_path(raw);
   if (!path) throw InstructionFailure{ErrorKind::serialization, "cannot return '" + raw + "': " +
                                                                     path.error().message, ""};
-  std::uint64_t budget = options_.max_binary_bytes - binary_bytes_;
+  std::uint64_t budget = options_.max_binary_bytes - parts_.bytes();
   auto file_node = [this](std::string_view data) {
-    Json node{{"type", "file"}, {"size", data.size()}, {"part", "return:" + std::to_string(parts_.size())},
+    Json node{{"type", "file"}, {"size", data.size()}, {"part", "return:" + std::to_string(parts_.count())},
               {"sha256", sha256_hex(data)}};
     add_binary_part(data);
     return node;
@@ -413,10 +417,8 @@ void ProgramRun::execute(const ReturnPath& ret) {
 }
 
 void ProgramRun::add_binary_part(std::string_view data) {
-  auto blob = Blob::copy_of(data);
-  if (!blob) throw InstructionFailure{ErrorKind::engine, blob.error().message, ""};
-  binary_bytes_ += data.size();
-  parts_.push_back(std::move(*blob));
+  if (auto status = parts_.append(data); !status)
+    throw InstructionFailure{ErrorKind::engine, status.error().message, ""};
 }
 
 const Blob& ProgramRun::blob(const std::string& digest) const {

@@ -85,8 +85,7 @@ class ProgramRun {
   std::unordered_map<std::string, UploadKind> uploads_;  // upload id -> kind
   std::vector<std::string> registered_modules_;  // sys.modules names to drop afterwards
   std::vector<std::pair<std::string, std::string>> results_;  // key -> JSON text
-  std::vector<Blob> parts_;
-  std::uint64_t binary_bytes_ = 0;
+  BlobBuilder parts_;  // every returned binary value, back to back in one memfd
   std::size_t current_ = 0;
   std::chrono::steady_clock::time_point held_since_;
   ProgramResult result_;

@@ -1,6 +1,8 @@
 // Blob (libkcoral/src/blob.cpp): bytes copied into a sealed memfd and mapped read-only.
 // The memfd cannot be written, grown or shrunk through its descriptor; copies share one
-// mapping that outlives the original; from_fd maps a descriptor another process sent.
+// mapping that outlives the original; from_fd maps a descriptor another process sent;
+// from_untrusted_fd only a sealed regular file within a size limit; slices share their
+// blob's memfd; BlobBuilder puts many parts behind one sealed memfd.
 #include <doctest/doctest.h>
 
 #include <fcntl.h>
@@ -110,6 +112,64 @@ TEST_CASE("from_fd of an invalid descriptor fails with engine") {
   auto blob = kcoral::Blob::from_fd(kcoral::UniqueFd());
   REQUIRE_FALSE(blob.has_value());
   CHECK(blob.error().kind == kcoral::ErrorKind::engine);
+}
+
+TEST_CASE("from_untrusted_fd takes a sealed memfd within the limit, and nothing else") {
+  kcoral::Blob sealed = blob_of("sealed");
+  auto taken = kcoral::Blob::from_untrusted_fd(kcoral::UniqueFd(::dup(sealed.fd())), 6);
+  REQUIRE(taken.has_value());
+  CHECK(taken->view() == "sealed");
+  auto too_long = kcoral::Blob::from_untrusted_fd(kcoral::UniqueFd(::dup(sealed.fd())), 5);
+  REQUIRE(!too_long.has_value());
+  CHECK(too_long.error().message.find("exceeds the limit of 5") != std::string::npos);
+
+  kcoral::UniqueFd open_memfd(::memfd_create("unsealed", MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  REQUIRE(::write(open_memfd.get(), "abc", 3) == 3);
+  ::fcntl(open_memfd.get(), F_ADD_SEALS, F_SEAL_GROW | F_SEAL_SHRINK);  // still writable
+  CHECK(kcoral::Blob::from_untrusted_fd(std::move(open_memfd), 100).error().message.find("not sealed") !=
+        std::string::npos);
+  int pipe_fds[2];
+  REQUIRE(::pipe(pipe_fds) == 0);
+  ::close(pipe_fds[1]);
+  CHECK(kcoral::Blob::from_untrusted_fd(kcoral::UniqueFd(pipe_fds[0]), 100).error().message.find("regular file") !=
+        std::string::npos);
+}
+
+TEST_CASE("a slice shares its blob's memfd and keeps its own bounds") {
+  kcoral::Blob blob = blob_of("0123456789");
+  auto middle = blob.slice(3, 4);
+  REQUIRE(middle.has_value());
+  CHECK(middle->view() == "3456");
+  CHECK(middle->fd() == blob.fd());
+  CHECK(middle->offset() == 3);
+  CHECK(middle->slice(1, 2)->view() == "45");
+  CHECK(middle->slice(1, 2)->offset() == 4);
+  CHECK(blob.slice(10, 0).has_value());
+  CHECK(!blob.slice(8, 3).has_value());
+  CHECK(!blob.slice(11, 0).has_value());
+  CHECK(!blob.slice(1, ~std::size_t{0}).has_value());
+}
+
+TEST_CASE("BlobBuilder puts every part, empty ones too, behind one sealed memfd, in order") {
+  kcoral::BlobBuilder builder;
+  CHECK(builder.finish()->empty());
+  REQUIRE(builder.append(std::string_view("first")).has_value());
+  REQUIRE(builder.append(std::string_view("")).has_value());
+  REQUIRE(builder.append(std::string_view("third")).has_value());
+  CHECK(builder.count() == 3);
+  CHECK(builder.bytes() == 10);
+  auto parts = builder.finish();
+  REQUIRE(parts.has_value());
+  REQUIRE(parts->size() == 3);
+  CHECK((*parts)[0].view() == "first");
+  CHECK((*parts)[1].view().empty());
+  CHECK((*parts)[2].view() == "third");
+  CHECK((*parts)[2].offset() == 5);
+  CHECK((*parts)[0].fd() == (*parts)[2].fd());
+  CHECK(::write((*parts)[0].fd(), "x", 1) == -1);
+  auto again = kcoral::Blob::from_untrusted_fd(kcoral::UniqueFd(::dup((*parts)[0].fd())), 10);
+  REQUIRE(again.has_value());
+  CHECK(again->view() == "firstthird");
 }
 
 }  // TEST_SUITE

@@ -4,14 +4,18 @@
 // The server keeps each uploaded blob in one memfd and hands the descriptor to the worker
 // that runs the program, so large inputs reach the worker without being copied through a
 // pipe. Copies of a Blob share the same mapping; the mapping lives until the last copy is
-// gone. Thread-safe to read and copy.
+// gone. A Blob may also be a slice of a larger memfd (BlobBuilder makes those: many
+// parts behind one descriptor). Thread-safe to read and copy.
 //   kcoral::Result<kcoral::Blob> blob = kcoral::Blob::copy_of(bytes);
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string_view>
+#include <vector>
 
 #include "kcoral/error.hpp"
 #include "kcoral/unique_fd.hpp"
@@ -24,18 +28,51 @@ class Blob {
   // Copies `data` into a new sealed memfd.
   [[nodiscard]] static Result<Blob> copy_of(std::span<const std::byte> data);
   [[nodiscard]] static Result<Blob> copy_of(std::string_view data);
-  // Maps a memfd received from another process (read-only, whole file).
+  // Maps a memfd received from a trusted process (read-only, whole file).
   [[nodiscard]] static Result<Blob> from_fd(UniqueFd fd);
+  // Maps a descriptor received from a process that is not trusted, only if it is a regular
+  // file sealed against writing, growing and shrinking (so the mapping cannot change
+  // under the reader or fault) and at most `max_bytes` long; checked before mapping.
+  [[nodiscard]] static Result<Blob> from_untrusted_fd(UniqueFd fd, std::uint64_t max_bytes);
 
   [[nodiscard]] std::span<const std::byte> bytes() const;
   [[nodiscard]] std::string_view view() const;
-  [[nodiscard]] std::size_t size() const { return bytes().size(); }
-  // The memfd, to pass to another process; stays owned by the Blob. -1 for an empty Blob.
+  [[nodiscard]] std::size_t size() const { return size_; }
+  // The memfd behind the blob (a slice shares its whole memfd), to pass to another
+  // process; stays owned by the Blob. -1 for an empty Blob.
   [[nodiscard]] int fd() const;
+  // Where the blob starts in that memfd (0 unless a slice).
+  [[nodiscard]] std::size_t offset() const { return offset_; }
+  // `size` bytes from `offset` of this blob, sharing its mapping; nullopt when out of range.
+  [[nodiscard]] std::optional<Blob> slice(std::size_t offset, std::size_t size) const;
 
  private:
   struct Mapping;
+  static Result<Blob> map(UniqueFd fd, std::size_t size);
   std::shared_ptr<const Mapping> mapping_;
+  std::size_t offset_ = 0;
+  std::size_t size_ = 0;
+};
+
+// BlobBuilder: many byte strings appended to one memfd, then sealed and handed out as
+// slices of it, in order: one descriptor for all the parts of a result however many there
+// are. Not thread-safe.
+//   kcoral::BlobBuilder parts;
+//   parts.append(bytes);                 // Status
+//   auto blobs = parts.finish();         // Result<std::vector<Blob>>
+class BlobBuilder {
+ public:
+  [[nodiscard]] Status append(std::span<const std::byte> data);
+  [[nodiscard]] Status append(std::string_view data);
+  [[nodiscard]] std::size_t count() const { return sizes_.size(); }
+  [[nodiscard]] std::uint64_t bytes() const { return bytes_; }
+  // Seals the memfd and returns one slice per append (none when nothing was appended).
+  [[nodiscard]] Result<std::vector<Blob>> finish();
+
+ private:
+  UniqueFd fd_;
+  std::vector<std::size_t> sizes_;
+  std::uint64_t bytes_ = 0;
 };
 
 }  // namespace kcoral

@@ -84,11 +84,13 @@ void HttpSession::handle(HttpRequest request) {
   stream_.expires_never();  // the program may run for its whole timeout
   answering_job_ = true;
   ++state_.responses_pending;
-  job->done = [self = shared_from_this(), job = job.get(), version, keep_alive](JobOutcome outcome) {
-    HttpResponse response = finish_execute(*job, std::move(outcome), self->state_, version,
-                                           keep_alive && !self->state_.stopping);
-    boost::asio::post(self->stream_.get_executor(),
-                      [self, response = std::move(response)]() mutable { self->write(std::move(response)); });
+  // Encoding the response (hashing, multipart) runs on this session's strand, not the pool's.
+  job->done = [self = shared_from_this(), version, keep_alive](std::shared_ptr<ExecuteJob> job, JobOutcome outcome) {
+    boost::asio::post(self->stream_.get_executor(), [self, job = std::move(job), outcome = std::move(outcome), version,
+                                                     keep_alive]() mutable {
+      self->write(finish_execute(*job, std::move(outcome), self->state_, version,
+                                 keep_alive && !self->state_.stopping));
+    });
   };
   state_.pool.submit(std::move(job));
 }

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 
 #include "kcoral/blob_store.hpp"
@@ -32,8 +33,9 @@ struct ExecuteJob {
   std::uint64_t output_limit_bytes = 1u << 20;
   std::uint64_t max_binary_bytes = 256u << 20;
   Clock::time_point received = Clock::now();
-  // Called exactly once, on the pool's strand.
-  std::function<void(JobOutcome)> done;
+  // Called exactly once, on the pool's strand, with the job itself; it must hand the
+  // response's encoding to another executor (the HTTP session's).
+  std::function<void(std::shared_ptr<ExecuteJob>, JobOutcome)> done;
 };
 
 }  // namespace kcoral

@@ -1,5 +1,5 @@
-// Zygote: posix_spawn with the control channel as descriptor 3, then an async read loop.
-#include "zygote.hpp"
+// ZygoteHandle: posix_spawn with the control channel as descriptor 3, then an async read loop.
+#include "zygote_handle.hpp"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -10,20 +10,25 @@
 #include <boost/asio/bind_executor.hpp>
 #include <cerrno>
 #include <cstring>
-#include <nlohmann/json.hpp>
+
+#include "process_tree.hpp"
 
 extern char** environ;
 
 namespace kcoral {
+namespace {
 
-using Json = nlohmann::json;
+// The zygote's messages are small; its versions table is the largest.
+constexpr std::size_t kMaxMessageBytes = 1 << 20;
 
-Zygote::Zygote(Strand strand, ZygoteConfig config, Callbacks callbacks)
+}  // namespace
+
+ZygoteHandle::ZygoteHandle(Strand strand, ZygoteConfig config, Callbacks callbacks)
     : strand_(strand), config_(std::move(config)), callbacks_(std::move(callbacks)), readable_(strand) {}
 
-Zygote::~Zygote() { stop(); }
+ZygoteHandle::~ZygoteHandle() { stop(); }
 
-Status Zygote::start() {
+Status ZygoteHandle::start() {
   auto pair = Channel::socket_pair();
   if (!pair) return std::unexpected(pair.error());
   posix_spawn_file_actions_t actions;
@@ -40,6 +45,7 @@ Status Zygote::start() {
     args.push_back("--python");
     args.push_back(config_.python);
   }
+  args.insert(args.end(), config_.sandbox_args.begin(), config_.sandbox_args.end());
   std::vector<char*> argv;
   for (std::string& arg : args) argv.push_back(arg.data());
   argv.push_back(nullptr);
@@ -58,19 +64,22 @@ Status Zygote::start() {
   posix_spawn_file_actions_destroy(&actions);
   if (rc != 0)
     return fail(ErrorKind::engine, "cannot start " + config_.worker_path + ": " + std::strerror(rc));
-  channel_ = Channel(std::move(pair->first));
+  channel_ = Channel(std::move(pair->first), kMaxMessageBytes);
+  ready_ = false;
+  forks_asked_ = 0;
   ::fcntl(channel_.fd(), F_SETFL, O_NONBLOCK);
   readable_.assign(::fcntl(channel_.fd(), F_DUPFD_CLOEXEC, 3));
   wait_readable();
   return {};
 }
 
-void Zygote::request_fork(const std::string& visible_devices) {
-  Json request{{"type", "fork"}, {"visible_devices", visible_devices}};
-  if (channel_.valid() && !channel_.send(request.dump())) lost("the worker parent stopped answering");
+void ZygoteHandle::request_fork(const std::string& visible_devices) {
+  if (!channel_.valid()) return;
+  ++forks_asked_;
+  if (!wire::send(channel_, wire::Fork{visible_devices})) lost("the worker parent stopped answering");
 }
 
-void Zygote::stop() {
+void ZygoteHandle::stop() {
   if (pid_ <= 0) return;
   boost::system::error_code ignored;
   readable_.close(ignored);
@@ -88,7 +97,7 @@ void Zygote::stop() {
   pid_ = -1;
 }
 
-void Zygote::wait_readable() {
+void ZygoteHandle::wait_readable() {
   readable_.async_wait(boost::asio::posix::stream_descriptor::wait_read,
                        boost::asio::bind_executor(strand_, [this](boost::system::error_code ec) {
                          if (ec) return;  // cancelled by stop()
@@ -96,39 +105,45 @@ void Zygote::wait_readable() {
                        }));
 }
 
-void Zygote::read_messages() {
+void ZygoteHandle::read_messages() {
   while (channel_.valid()) {
-    auto message = channel_.receive();
-    if (!message) {
-      lost(is_closed(message.error()) ? "the worker parent exited" : message.error().message);
+    auto received = wire::receive(channel_);
+    if (!received) {
+      lost(is_closed(received.error()) ? "the worker parent exited" : received.error().message);
       return;
     }
-    if (!*message) break;
-    handle(std::move(**message));
+    if (!*received) break;
+    handle(std::move(**received));
   }
   if (channel_.valid()) wait_readable();
 }
 
-void Zygote::handle(Message message) {
-  Json json = Json::parse(message.json, nullptr, false);
-  std::string type = json.is_object() ? json.value("type", "") : "";
-  if (type == "ready") {
-    std::map<std::string, std::string> versions;
-    for (const auto& [name, version] : json["versions"].items())
-      if (version.is_string()) versions[name] = version.get<std::string>();
-    callbacks_.on_ready(std::move(versions));
-  } else if (type == "forked" && !message.fds.empty()) {
-    callbacks_.on_forked(json.value("pid", -1), std::move(message.fds.front()));
-  } else if (type == "exited") {
-    std::string how = json.contains("signal") ? "killed by signal " + std::to_string(json.value("signal", 0))
-                                              : "exit code " + std::to_string(json.value("exit_code", 0));
-    callbacks_.on_exited(json.value("pid", -1), how);
-  } else if (type == "error") {
-    callbacks_.on_failed(json.value("message", "unknown error"));
+void ZygoteHandle::handle(wire::Received received) {
+  if (auto* ready = std::get_if<wire::ZygoteReady>(&received.message)) {
+    if (ready_) return lost("the worker parent said ready twice");
+    ready_ = true;
+    callbacks_.on_ready(std::move(ready->versions));
+  } else if (auto* forked = std::get_if<wire::Forked>(&received.message)) {
+    if (forks_asked_ == 0) return lost("the worker parent forked a worker nobody asked for");
+    --forks_asked_;
+    auto pid = static_cast<pid_t>(forked->pid);
+    // A child already reaped has no parent to check; its exit notice follows.
+    pid_t parent = forked->pid > 1 && forked->pid == pid ? parent_of(pid) : 0;
+    if (parent != -1 && parent != pid_)
+      return lost("the worker parent named pid " + std::to_string(forked->pid) + ", not a child of its own");
+    callbacks_.on_forked(pid, std::move(received.fds.front()));
+  } else if (auto* exited = std::get_if<wire::Exited>(&received.message)) {
+    std::string how = exited->signal ? "killed by signal " + std::to_string(*exited->signal)
+                                     : "exit code " + std::to_string(exited->exit_code.value_or(0));
+    callbacks_.on_exited(static_cast<pid_t>(exited->pid), how);
+  } else if (auto* failed = std::get_if<wire::ZygoteFailed>(&received.message)) {
+    callbacks_.on_failed(failed->message);
+  } else {
+    lost("the worker parent sent '" + std::string(wire::name_of(received.message)) + "'");
   }
 }
 
-void Zygote::lost(const std::string& why) {
+void ZygoteHandle::lost(const std::string& why) {
   boost::system::error_code ignored;
   readable_.close(ignored);
   channel_ = Channel();

@@ -5,7 +5,7 @@
 #include <doctest/doctest.h>
 
 #include "kcoral/request_id.hpp"
-#include "kcoral-server/server_fixture.hpp"
+#include "kcoral-server/front/server_fixture.hpp"
 
 using kcoral::test::body_of;
 using kcoral::test::header;

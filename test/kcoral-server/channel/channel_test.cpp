@@ -9,6 +9,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstring>
+
 #include "channel.hpp"
 
 using kcoral::Channel;
@@ -144,6 +146,59 @@ TEST_CASE("a closed peer is reported as closed by receive and by send") {
   auto sent = pair.b.send("anyone?");
   REQUIRE_FALSE(sent.has_value());
   CHECK(kcoral::is_closed(sent.error()));
+}
+
+TEST_CASE("a receiver refuses a spilled text over its limit, before reading it") {
+  auto fds = Channel::socket_pair();
+  REQUIRE(fds.has_value());
+  Channel sender(std::move(fds->first)), receiver(std::move(fds->second), 1000);
+  REQUIRE(sender.send(std::string(1001, 'x')).has_value());  // inline, over the limit
+  CHECK(!receiver.receive().has_value());
+  // A spill of 64 GiB (a sparse memfd): refused by its size, nothing allocated.
+  UniqueFd huge(::memfd_create("huge", MFD_CLOEXEC));
+  REQUIRE(::ftruncate(huge.get(), std::int64_t{64} << 30) == 0);
+  int fd = huge.get();
+  iovec io{const_cast<char*>("F"), 1};
+  char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr header{};
+  header.msg_iov = &io;
+  header.msg_iovlen = 1;
+  header.msg_control = control;
+  header.msg_controllen = sizeof control;
+  cmsghdr* cmsg = CMSG_FIRSTHDR(&header);
+  cmsg->cmsg_level = SOL_SOCKET;
+  cmsg->cmsg_type = SCM_RIGHTS;
+  cmsg->cmsg_len = CMSG_LEN(sizeof(int));
+  std::memcpy(CMSG_DATA(cmsg), &fd, sizeof fd);
+  REQUIRE(::sendmsg(sender.fd(), &header, 0) == 1);
+  auto refused = receiver.receive();
+  REQUIRE(!refused.has_value());
+  CHECK(refused.error().message.find("exceeds the limit") != std::string::npos);
+}
+
+TEST_CASE("a spilled text must come in a regular file, and a frame must say its kind") {
+  auto pair = connected();
+  int pipe_fds[2];
+  REQUIRE(::pipe(pipe_fds) == 0);
+  UniqueFd read_end(pipe_fds[0]), write_end(pipe_fds[1]);
+  iovec io{const_cast<char*>("F"), 1};
+  char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr header{};
+  header.msg_iov = &io;
+  header.msg_iovlen = 1;
+  header.msg_control = control;
+  header.msg_controllen = sizeof control;
+  cmsghdr* cmsg = CMSG_FIRSTHDR(&header);
+  cmsg->cmsg_level = SOL_SOCKET;
+  cmsg->cmsg_type = SCM_RIGHTS;
+  cmsg->cmsg_len = CMSG_LEN(sizeof(int));
+  std::memcpy(CMSG_DATA(cmsg), &pipe_fds[0], sizeof(int));
+  REQUIRE(::sendmsg(pair.a.fd(), &header, 0) == 1);
+  auto refused = pair.b.receive();
+  REQUIRE(!refused.has_value());
+  CHECK(refused.error().message.find("regular file") != std::string::npos);
+  REQUIRE(::send(pair.a.fd(), "X{}", 3, 0) == 3);
+  CHECK(!pair.b.receive().has_value());
 }
 
 TEST_CASE("is_closed recognizes only the closed error") {

@@ -18,11 +18,10 @@
 #include <thread>
 
 namespace kcoral {
-namespace {
 
-// The parent pid from /proc/<pid>/stat, or -1 (the process may be gone by the time it
-// is read: plain read(2), no stream that could throw). The command name in parentheses
-// may hold spaces, so parse from the last ')'.
+// From /proc/<pid>/stat, with plain read(2) (the process may be gone by the time it is
+// read: no stream that could throw). The command name in parentheses may hold spaces,
+// so parse from the last ')'.
 pid_t parent_of(pid_t pid) {
   char path[64];
   std::snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(pid));
@@ -38,6 +37,8 @@ pid_t parent_of(pid_t pid) {
   // After ") " come the state and then the parent pid.
   return static_cast<pid_t>(std::strtol(close + 4, nullptr, 10));
 }
+
+namespace {
 
 // From /proc/<pid>/task/<tid>/children (one file per thread of the parent); nullopt when
 // the kernel does not provide those files.

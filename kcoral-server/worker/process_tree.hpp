@@ -11,6 +11,8 @@
 
 namespace kcoral {
 
+// The parent of `pid`, or -1 when there is no such process (read from /proc).
+[[nodiscard]] pid_t parent_of(pid_t pid);
 // Direct children of `parent` (read from /proc).
 [[nodiscard]] std::vector<pid_t> children_of(pid_t parent);
 // Makes this process adopt orphaned descendants.

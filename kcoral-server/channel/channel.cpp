@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 
 namespace kcoral {
@@ -34,9 +35,14 @@ Result<UniqueFd> spill(std::string_view text) {
   return fd;
 }
 
-Result<std::string> unspill(int fd) {
+// Reads a spilled text; the sender's memfd is not trusted to be one, nor to stay its size.
+Result<std::string> unspill(int fd, std::size_t max_bytes) {
   struct stat info {};
   if (::fstat(fd, &info) != 0) return system_error("fstat on a message");
+  if (!S_ISREG(info.st_mode)) return fail(ErrorKind::engine, "a spilled message is not in a regular file");
+  if (static_cast<std::uint64_t>(info.st_size) > max_bytes)
+    return fail(ErrorKind::engine, "a message of " + std::to_string(info.st_size) + " bytes exceeds the limit of " +
+                                       std::to_string(max_bytes));
   std::string text(static_cast<std::size_t>(info.st_size), '\0');
   std::size_t done = 0;
   while (done < text.size()) {
@@ -134,13 +140,15 @@ Result<std::optional<Message>> Channel::receive() const {
   if (header.msg_flags & (MSG_TRUNC | MSG_CTRUNC))
     return fail(ErrorKind::engine, "a channel message was truncated");
   frame.resize(static_cast<std::size_t>(n));
+  if (frame[0] != kSpilled && frame[0] != kInline) return fail(ErrorKind::engine, "a channel frame has no kind");
   if (frame[0] == kSpilled) {
     if (message.fds.empty()) return fail(ErrorKind::engine, "a spilled message came without its memfd");
-    auto text = unspill(message.fds.front().get());
+    auto text = unspill(message.fds.front().get(), max_text_bytes_);
     if (!text) return std::unexpected(text.error());
     message.json = std::move(*text);
     message.fds.erase(message.fds.begin());
   } else {
+    if (frame.size() - 1 > max_text_bytes_) return fail(ErrorKind::engine, "a message exceeds the limit");
     message.json = frame.substr(1);
   }
   return std::optional<Message>(std::move(message));

@@ -1,9 +1,12 @@
-// Zygote: the front's handle on the worker parent process (kcoral-worker).
+// ZygoteHandle: the front's handle on the worker parent process (kcoral-worker).
 //
 // Starts the process with a control channel, asks it to fork children, and reports what
 // it says: ready (with the environment's versions), forked (a child's pid and channel),
-// exited (a child's end), or failed (the zygote itself is gone or broken). All callbacks
-// run on the strand given at construction.
+// exited (a child's end), or failed (the zygote itself is gone or broken). The zygote
+// runs no user code, but what it says is checked all the same: a message out of turn
+// (a fork nobody asked for, a second ready), or a forked pid that is not the zygote's
+// own child, counts as a broken zygote, which is killed and reported failed. All
+// callbacks run on the strand given at construction.
 #pragma once
 
 #include <sys/types.h>
@@ -14,8 +17,10 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "channel.hpp"
+#include "messages.hpp"
 
 namespace kcoral {
 
@@ -26,9 +31,10 @@ struct ZygoteConfig {
   std::string python;
   std::size_t programs_per_worker = 1;
   int cuda_connections = 0;  // > 0: the workers' CUDA_DEVICE_MAX_CONNECTIONS
+  std::vector<std::string> sandbox_args;  // passed on to kcoral-worker as they are
 };
 
-class Zygote {
+class ZygoteHandle {
  public:
   using Strand = boost::asio::strand<boost::asio::io_context::executor_type>;
   struct Callbacks {
@@ -38,10 +44,10 @@ class Zygote {
     std::function<void(std::string message)> on_failed;
   };
 
-  Zygote(Strand strand, ZygoteConfig config, Callbacks callbacks);
-  Zygote(const Zygote&) = delete;
-  Zygote& operator=(const Zygote&) = delete;
-  ~Zygote();
+  ZygoteHandle(Strand strand, ZygoteConfig config, Callbacks callbacks);
+  ZygoteHandle(const ZygoteHandle&) = delete;
+  ZygoteHandle& operator=(const ZygoteHandle&) = delete;
+  ~ZygoteHandle();
 
   [[nodiscard]] Status start();
   // Asks for one more prepared child, to run with CUDA_VISIBLE_DEVICES set to
@@ -55,7 +61,7 @@ class Zygote {
  private:
   void wait_readable();
   void read_messages();
-  void handle(Message message);
+  void handle(wire::Received received);
   void lost(const std::string& why);
 
   Strand strand_;
@@ -64,6 +70,8 @@ class Zygote {
   pid_t pid_ = -1;
   Channel channel_;
   boost::asio::posix::stream_descriptor readable_;
+  bool ready_ = false;
+  std::size_t forks_asked_ = 0;  // not yet answered
 };
 
 }  // namespace kcoral

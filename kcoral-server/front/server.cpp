@@ -58,8 +58,10 @@ int run_server(ServerConfig config) {
   pool_config.programs_per_worker = config.programs_per_worker;
   pool_config.context_inits_at_once = config.context_inits_at_once;
   pool_config.zygote = {config.worker_path, config.device, config.work_root, config.python,
-                        config.programs_per_worker, config.cuda_connections};
+                        config.programs_per_worker, config.cuda_connections, {}};
   pool_config.workers_per_group = config.num_workers;
+  // A result's frame holds its returned values' JSON and both captured streams.
+  pool_config.max_message_bytes = config.max_response_bytes + 2 * config.max_output_limit_bytes + (1u << 20);
   std::string target_arch;
   if (config.device == "gpu") {
     auto gpus = list_gpus();

@@ -1,0 +1,64 @@
+// Channel: framed messages with attached file descriptors over a Unix SOCK_SEQPACKET
+// socket, between the server's front, its zygote and its worker processes.
+//
+// A frame is a text plus up to kMaxFds descriptors; what the text says is the business of
+// messages.hpp. Texts longer than fit in one datagram travel in a memfd that is sent as
+// the first descriptor, so a large program or result costs no pipe copies. The receiver
+// trusts nothing of the sender: a spilled text must be a regular file no longer than the
+// receiver's limit (checked by fstat before a byte is read), and a truncated frame is an
+// error. Receiving is non-blocking-friendly: `receive` returns nullopt on EAGAIN. Not
+// thread-safe; one reader and one writer.
+//
+//   kcoral::Channel channel(std::move(fd), /*max_text_bytes=*/1 << 20);
+//   channel.send(R"({"type":"progress","index":3})");
+#pragma once
+
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kcoral/error.hpp"
+#include "kcoral/unique_fd.hpp"
+
+namespace kcoral {
+
+struct Message {
+  std::string json;
+  std::vector<UniqueFd> fds;
+};
+
+class Channel {
+ public:
+  static constexpr std::size_t kMaxFds = 250;
+
+  static constexpr std::size_t kDefaultMaxTextBytes = std::size_t{1} << 30;
+
+  Channel() = default;
+  // `max_text_bytes` bounds what `receive` accepts (a longer text is an error).
+  explicit Channel(UniqueFd socket, std::size_t max_text_bytes = kDefaultMaxTextBytes)
+      : socket_(std::move(socket)), max_text_bytes_(max_text_bytes) {}
+
+  // A connected SOCK_SEQPACKET pair, close-on-exec.
+  [[nodiscard]] static Result<std::pair<UniqueFd, UniqueFd>> socket_pair();
+
+  // Sends one message; its descriptors are duplicated into the receiver and stay ours.
+  [[nodiscard]] Status send(std::string_view json, const std::vector<int>& fds = {}) const;
+  // Receives one frame. nullopt: nothing to read (non-blocking socket); an error with
+  // kind `engine` and message "closed" when the peer is gone, any other error when the
+  // frame breaks the rules above (its descriptors are closed then).
+  [[nodiscard]] Result<std::optional<Message>> receive() const;
+
+  [[nodiscard]] int fd() const { return socket_.get(); }
+  [[nodiscard]] bool valid() const { return socket_.valid(); }
+  UniqueFd release_socket() { return std::move(socket_); }
+
+ private:
+  UniqueFd socket_;
+  std::size_t max_text_bytes_ = kDefaultMaxTextBytes;
+};
+
+// Whether a receive error means the peer closed the channel.
+[[nodiscard]] bool is_closed(const Error& error);
+
+}  // namespace kcoral

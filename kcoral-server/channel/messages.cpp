@@ -1,0 +1,258 @@
+// The channel messages on the wire: a field table per struct drives both the encoder and
+// the strict decoder, so the two cannot disagree.
+#include "messages.hpp"
+
+#include <algorithm>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <type_traits>
+
+namespace kcoral::wire {
+namespace {
+
+using Json = nlohmann::json;
+
+template <class T, class M>
+struct Field {
+  std::string_view name;
+  M T::*member;
+};
+
+// Each message's fields, in wire order. A struct without an entry has no fields.
+template <class T>
+inline constexpr auto kFields = std::tuple<>{};
+template <>
+inline constexpr auto kFields<Fork> = std::tuple{Field{"visible_devices", &Fork::visible_devices}};
+template <>
+inline constexpr auto kFields<ZygoteReady> = std::tuple{Field{"versions", &ZygoteReady::versions}};
+template <>
+inline constexpr auto kFields<Forked> = std::tuple{Field{"pid", &Forked::pid}};
+template <>
+inline constexpr auto kFields<Exited> = std::tuple{Field{"pid", &Exited::pid}, Field{"exit_code", &Exited::exit_code},
+                                                   Field{"signal", &Exited::signal}};
+template <>
+inline constexpr auto kFields<ZygoteFailed> = std::tuple{Field{"message", &ZygoteFailed::message}};
+template <>
+inline constexpr auto kFields<Blobs> = std::tuple{Field{"digests", &Blobs::digests}};
+template <>
+inline constexpr auto kFields<Run> =
+    std::tuple{Field{"request_id", &Run::request_id}, Field{"program", &Run::program},
+               Field{"output_limit_bytes", &Run::output_limit_bytes},
+               Field{"max_binary_bytes", &Run::max_binary_bytes}};
+template <>
+inline constexpr auto kFields<Progress> = std::tuple{Field{"index", &Progress::index}};
+template <>
+inline constexpr auto kFields<Lease> = std::tuple{Field{"acquire", &Lease::acquire}};
+template <>
+inline constexpr auto kFields<InitLease> = std::tuple{Field{"acquire", &InitLease::acquire}};
+template <>
+inline constexpr auto kFields<Failed> = std::tuple{Field{"message", &Failed::message}};
+template <>
+inline constexpr auto kFields<ErrorDetail> =
+    std::tuple{Field{"kind", &ErrorDetail::kind},           Field{"message", &ErrorDetail::message},
+               Field{"index", &ErrorDetail::index},         Field{"op", &ErrorDetail::op},
+               Field{"traceback", &ErrorDetail::traceback}, Field{"id", &ErrorDetail::id},
+               Field{"cuda_call", &ErrorDetail::cuda_call}, Field{"location", &ErrorDetail::location}};
+template <>
+inline constexpr auto kFields<Result> =
+    std::tuple{Field{"continues", &Result::continues},
+               Field{"results", &Result::results},
+               Field{"stdout", &Result::stdout_text},
+               Field{"stdout_truncated", &Result::stdout_truncated},
+               Field{"stderr", &Result::stderr_text},
+               Field{"stderr_truncated", &Result::stderr_truncated},
+               Field{"elapsed_ms", &Result::elapsed_ms},
+               Field{"part_sizes", &Result::part_sizes},
+               Field{"error", &Result::error}};
+
+template <class T>
+struct IsOptional : std::false_type {};
+template <class T>
+struct IsOptional<std::optional<T>> : std::true_type {};
+
+// -- encoding ---------------------------------------------------------------------------------
+
+template <class T>
+Json to_json(const T& value);
+
+template <class T>
+Json fields_to_json(const T& message) {
+  Json out = Json::object();
+  std::apply(
+      [&](const auto&... field) {
+        [[maybe_unused]] auto put = [&](const auto& f) {
+          const auto& value = message.*(f.member);
+          if constexpr (IsOptional<std::decay_t<decltype(value)>>::value) {
+            if (value) out[std::string(f.name)] = to_json(*value);
+          } else {
+            out[std::string(f.name)] = to_json(value);
+          }
+        };
+        (put(field), ...);
+      },
+      kFields<T>);
+  return out;
+}
+
+template <class T>
+Json to_json(const T& value) {
+  if constexpr (std::is_same_v<T, ErrorDetail>) return fields_to_json(value);
+  else return Json(value);
+}
+
+// -- decoding ---------------------------------------------------------------------------------
+
+using Problem = std::string;  // empty: fine
+
+Problem read(const Json& json, std::string& out) {
+  if (!json.is_string()) return "must be a string";
+  out = json.get<std::string>();
+  return {};
+}
+Problem read(const Json& json, bool& out) {
+  if (!json.is_boolean()) return "must be true or false";
+  out = json.get<bool>();
+  return {};
+}
+Problem read(const Json& json, std::uint64_t& out) {
+  if (!json.is_number_unsigned()) return "must be a non-negative integer";
+  out = json.get<std::uint64_t>();
+  return {};
+}
+Problem read(const Json& json, std::int64_t& out) {
+  if (json.is_number_unsigned()) {
+    if (json.get<std::uint64_t>() > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
+      return "is out of range";
+  } else if (!json.is_number_integer()) {
+    return "must be an integer";
+  }
+  out = json.get<std::int64_t>();
+  return {};
+}
+Problem read(const Json& json, double& out) {
+  if (!json.is_number()) return "must be a number";
+  out = json.get<double>();
+  return {};
+}
+template <class E>
+Problem read(const Json& json, std::vector<E>& out) {
+  if (!json.is_array()) return "must be an array";
+  out.resize(json.size());
+  for (std::size_t i = 0; i < json.size(); ++i)
+    if (Problem problem = read(json[i], out[i]); !problem.empty()) return "[" + std::to_string(i) + "] " + problem;
+  return {};
+}
+Problem read(const Json& json, std::map<std::string, std::string>& out) {
+  if (!json.is_object()) return "must be an object";
+  for (const auto& [key, value] : json.items()) {
+    if (!value.is_string()) return "'" + key + "' must be a string";
+    out.emplace(key, value.get<std::string>());
+  }
+  return {};
+}
+
+template <class T>
+Problem read_fields(const Json& json, T& out, std::size_t other_keys);
+
+Problem read(const Json& json, ErrorDetail& out) {
+  if (!json.is_object()) return "must be an object";
+  return read_fields(json, out, 0);
+}
+
+// Reads every field of T from `json`, an object that also holds `other_keys` keys that are
+// not T's ("type" at the top level); anything else in it is an unknown field.
+template <class T>
+Problem read_fields(const Json& json, T& out, std::size_t other_keys) {
+  Problem problem;
+  std::size_t found = 0;
+  std::apply(
+      [&](const auto&... field) {
+        [[maybe_unused]] auto get = [&](const auto& f) {
+          if (!problem.empty()) return;
+          auto& value = out.*(f.member);
+          auto it = json.find(f.name);
+          if (it == json.end()) {
+            if constexpr (!IsOptional<std::decay_t<decltype(value)>>::value) problem = "'" + std::string(f.name) + "' is missing";
+            return;
+          }
+          ++found;
+          Problem field_problem;
+          if constexpr (IsOptional<std::decay_t<decltype(value)>>::value) {
+            value.emplace();
+            field_problem = read(*it, *value);
+          } else {
+            field_problem = read(*it, value);
+          }
+          if (!field_problem.empty()) problem = "'" + std::string(f.name) + "' " + field_problem;
+        };
+        (get(field), ...);
+      },
+      kFields<T>);
+  if (problem.empty() && json.size() != found + other_keys) problem = "has a field it does not define";
+  return problem;
+}
+
+template <std::size_t I = 0>
+kcoral::Result<Message> decode_alternative(std::size_t index, const Json& json) {
+  if constexpr (I == std::variant_size_v<Message>) {
+    return fail(ErrorKind::engine, "unreachable");
+  } else {
+    if (index != I) return decode_alternative<I + 1>(index, json);
+    using T = std::variant_alternative_t<I, Message>;
+    T message{};
+    if (Problem problem = read_fields(json, message, 1); !problem.empty())
+      return fail(ErrorKind::engine, "a '" + std::string(kNames[I]) + "' message: " + problem);
+    return Message{std::move(message)};
+  }
+}
+
+}  // namespace
+
+std::string_view name_of(const Message& message) { return kNames[message.index()]; }
+
+std::size_t descriptor_count(const Message& message) {
+  if (const auto* blobs = std::get_if<Blobs>(&message)) return blobs->digests.size();
+  if (std::holds_alternative<Forked>(message)) return 1;
+  if (const auto* result = std::get_if<Result>(&message)) return result->part_sizes.empty() ? 0 : 1;
+  return 0;
+}
+
+std::string encode(const Message& message) {
+  Json json = std::visit([](const auto& m) { return fields_to_json(m); }, message);
+  json["type"] = std::string(name_of(message));
+  // Program output need not be UTF-8: replace what is not, rather than fail the send.
+  return json.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
+kcoral::Result<Message> decode(std::string_view text, std::size_t descriptors) {
+  Json json = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!json.is_object()) return fail(ErrorKind::engine, "a channel message is not a JSON object");
+  auto type = json.find("type");
+  if (type == json.end() || !type->is_string()) return fail(ErrorKind::engine, "a channel message has no type");
+  const std::string& name = type->get_ref<const std::string&>();
+  auto known = std::find(kNames.begin(), kNames.end(), name);
+  if (known == kNames.end()) return fail(ErrorKind::engine, "unknown channel message type '" + name.substr(0, 64) + "'");
+  auto message = decode_alternative(static_cast<std::size_t>(known - kNames.begin()), json);
+  if (message && descriptor_count(*message) != descriptors)
+    return fail(ErrorKind::engine, "a '" + name + "' message came with " + std::to_string(descriptors) +
+                                       " descriptors instead of " + std::to_string(descriptor_count(*message)));
+  return message;
+}
+
+Status send(const Channel& channel, const Message& message, std::span<const int> fds) {
+  if (fds.size() != descriptor_count(message))
+    return fail(ErrorKind::engine, "a '" + std::string(name_of(message)) + "' message must carry " +
+                                       std::to_string(descriptor_count(message)) + " descriptors");
+  return channel.send(encode(message), std::vector<int>(fds.begin(), fds.end()));
+}
+
+kcoral::Result<std::optional<Received>> receive(const Channel& channel) {
+  auto frame = channel.receive();
+  if (!frame) return std::unexpected(frame.error());
+  if (!*frame) return std::optional<Received>();
+  auto message = decode((*frame)->json, (*frame)->fds.size());
+  if (!message) return std::unexpected(message.error());
+  return std::optional<Received>(Received{std::move(*message), std::move((*frame)->fds)});
+}
+
+}  // namespace kcoral::wire

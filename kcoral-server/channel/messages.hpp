@@ -1,0 +1,142 @@
+// The channel protocol: every message between the front, the zygote and the workers, one
+// struct each, and the one table of their wire names.
+//
+// A message travels as the JSON object {"type": <wire name>, <its fields>} in one Channel
+// frame, with exactly the descriptors it declares (`descriptor_count`). `decode` is
+// strict: an unknown type, a missing field, a field of the wrong type, an unknown field or
+// another number of descriptors is an error, never a default. Which message is valid when
+// is the receiver's business (the front's WorkerHandle and ZygoteHandle keep a state
+// machine each); this file knows the shapes only.
+//
+//   (void)send(channel, wire::Progress{3});
+//   auto message = receive(channel);        // Result<std::optional<wire::Received>>
+//   if (auto* progress = std::get_if<wire::Progress>(&(*message)->message)) ...
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <variant>
+#include <vector>
+
+#include "channel.hpp"
+
+namespace kcoral::wire {
+
+// front -> zygote: prepare one more worker, pinned to `visible_devices` (a GPU's UUID;
+// empty on a CPU server).
+struct Fork {
+  std::string visible_devices;
+};
+// zygote -> front, once: the interpreter is up; what its environment has installed.
+struct ZygoteReady {
+  std::map<std::string, std::string> versions;
+};
+// zygote -> front: a worker was forked. Descriptor: the front's end of its channel.
+struct Forked {
+  std::int64_t pid = 0;
+};
+// zygote -> front: a worker ended (exit code or signal) and was reaped.
+struct Exited {
+  std::int64_t pid = 0;
+  std::optional<std::int64_t> exit_code;
+  std::optional<std::int64_t> signal;
+};
+// zygote -> front: the zygote cannot go on (it exits after this).
+struct ZygoteFailed {
+  std::string message;
+};
+
+// front -> worker: blobs of the next program. Descriptors: one sealed memfd per digest.
+struct Blobs {
+  std::vector<std::string> digests;
+};
+// front -> worker: the program to run (its blobs came before).
+struct Run {
+  std::string request_id;
+  std::string program;  // the program's JSON, as the client sent it
+  std::uint64_t output_limit_bytes = 0;
+  std::uint64_t max_binary_bytes = 0;
+};
+// front -> worker: the lease (program or init) asked for is held for you now.
+struct LeaseGranted {};
+
+// worker -> front: prepared, or done with a program and taking another: send a job.
+struct Ready {};
+// worker -> front: instruction `index` starts now.
+struct Progress {
+  std::uint64_t index = 0;
+};
+// worker -> front: ask for (true) or give back (false) the GPU lease.
+struct Lease {
+  bool acquire = false;
+};
+// worker -> front: ask for or give back a turn to make a CUDA context.
+struct InitLease {
+  bool acquire = false;
+};
+// worker -> front: a cpu_only call used the GPU just now.
+struct GpuAccess {};
+// worker -> front: the worker could not prepare itself (it exits after this).
+struct Failed {
+  std::string message;
+};
+// The failed instruction of a Result.
+struct ErrorDetail {
+  std::string kind;  // an ErrorKind's wire string
+  std::string message;
+  std::uint64_t index = 0;
+  std::string op;
+  std::string traceback;
+  std::optional<std::string> id;
+  std::optional<std::string> cuda_call;
+  std::optional<std::string> location;
+};
+// worker -> front: the program's result. Descriptor, when `part_sizes` is not empty: one
+// sealed memfd holding the binary parts back to back, in order, and nothing else.
+struct Result {
+  bool continues = false;  // the worker takes another program afterwards
+  std::string results;     // the JSON object of returned values (PROTOCOL.md)
+  std::string stdout_text;
+  bool stdout_truncated = false;
+  std::string stderr_text;
+  bool stderr_truncated = false;
+  double elapsed_ms = 0;
+  std::vector<std::uint64_t> part_sizes;
+  std::optional<ErrorDetail> error;
+};
+
+using Message = std::variant<Fork, ZygoteReady, Forked, Exited, ZygoteFailed, Blobs, Run, LeaseGranted, Ready,
+                             Progress, Lease, InitLease, GpuAccess, Failed, Result>;
+
+// The wire names, in the order of Message's alternatives.
+inline constexpr std::array<std::string_view, std::variant_size_v<Message>> kNames{
+    "fork",  "zygote_ready", "forked",     "exited", "zygote_failed", "blobs",  "run",   "lease_granted",
+    "ready", "progress",     "lease",      "init_lease", "gpu_access", "failed", "result"};
+
+[[nodiscard]] std::string_view name_of(const Message& message);
+// How many descriptors travel with the message.
+[[nodiscard]] std::size_t descriptor_count(const Message& message);
+
+// The frame text of a message.
+[[nodiscard]] std::string encode(const Message& message);
+// Parses a frame text carrying `descriptors` descriptors, strictly (see above).
+[[nodiscard]] kcoral::Result<Message> decode(std::string_view text, std::size_t descriptors);
+
+// Sends a message with its descriptors (their count must be the message's).
+[[nodiscard]] Status send(const Channel& channel, const Message& message, std::span<const int> fds = {});
+
+struct Received {
+  Message message;
+  std::vector<UniqueFd> fds;
+};
+// Receives and decodes one message: nullopt when there is nothing to read; an error for a
+// closed channel (is_closed) or a frame that is not a valid message.
+[[nodiscard]] kcoral::Result<std::optional<Received>> receive(const Channel& channel);
+
+}  // namespace kcoral::wire

@@ -1,0 +1,53 @@
+// LeaseBroker: program leases through LeaseManager, context-making turns as a counted queue.
+#include "lease_broker.hpp"
+
+#include <algorithm>
+
+namespace kcoral {
+
+LeaseBroker::LeaseBroker(std::size_t gpus, std::size_t context_inits_at_once)
+    : program_leases_(gpus), context_inits_at_once_(std::max<std::size_t>(1, context_inits_at_once)),
+      init_turns_(gpus) {}
+
+Status LeaseBroker::acquire_program(std::size_t gpu, pid_t worker, Granted granted) {
+  return program_leases_.acquire(gpu, static_cast<LeaseManager::HolderId>(worker), std::move(granted));
+}
+
+void LeaseBroker::release_program(std::size_t gpu, pid_t worker) {
+  program_leases_.release(gpu, static_cast<LeaseManager::HolderId>(worker));
+}
+
+std::optional<pid_t> LeaseBroker::program_holder(std::size_t gpu) const {
+  auto holder = program_leases_.holder(gpu);
+  if (!holder) return std::nullopt;
+  return static_cast<pid_t>(*holder);
+}
+
+void LeaseBroker::acquire_init(std::size_t gpu, pid_t worker, Granted granted) {
+  init_turns_[gpu].waiting.push_back({worker, std::move(granted)});
+  hand_out_init_turns(gpu);
+}
+
+void LeaseBroker::release_init(std::size_t gpu, pid_t worker) {
+  InitTurns& turns = init_turns_[gpu];
+  std::erase(turns.holders, worker);
+  std::erase_if(turns.waiting, [&](const InitWaiter& waiter) { return waiter.worker == worker; });
+  hand_out_init_turns(gpu);
+}
+
+LeaseTimes LeaseBroker::finish(std::size_t gpu, pid_t worker) {
+  release_init(gpu, worker);
+  return program_leases_.finish(static_cast<LeaseManager::HolderId>(worker));
+}
+
+void LeaseBroker::hand_out_init_turns(std::size_t gpu) {
+  InitTurns& turns = init_turns_[gpu];
+  while (!turns.waiting.empty() && turns.holders.size() < context_inits_at_once_) {
+    InitWaiter next = std::move(turns.waiting.front());
+    turns.waiting.pop_front();
+    turns.holders.push_back(next.worker);
+    next.granted();
+  }
+}
+
+}  // namespace kcoral

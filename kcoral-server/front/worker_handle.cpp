@@ -1,0 +1,390 @@
+// WorkerHandle: the per-worker protocol state machine, job delivery, crash attribution
+// and the pausable deadline.
+#include "worker_handle.hpp"
+
+#include <fcntl.h>
+#include <signal.h>
+
+#include <cstdio>
+#include <numeric>
+#include <sstream>
+
+namespace kcoral {
+namespace {
+
+// Messages read in one go before other workers get the strand.
+constexpr int kMessagesPerTurn = 32;
+// How long a dead worker's exit notice may take before its job is answered without it.
+constexpr auto kExitNoticeGrace = std::chrono::milliseconds(500);
+
+std::string seconds_text(double seconds) {
+  std::ostringstream out;
+  out << seconds << " s";
+  return out.str();
+}
+
+double ms_between(WorkerHandle::Clock::time_point from, WorkerHandle::Clock::time_point to) {
+  return std::chrono::duration<double, std::milli>(to - from).count();
+}
+
+// The error kinds a worker may report for a program: those of a failed instruction, and
+// a response that would not fit.
+bool worker_may_report(ErrorKind kind) { return is_program_kind(kind) || kind == ErrorKind::response_too_large; }
+
+// Sends a job's blobs, in batches under the descriptor limit, then its program.
+Status send_job(const Channel& channel, const ExecuteJob& job) {
+  wire::Blobs batch;
+  std::vector<int> fds;
+  auto flush = [&]() -> Status {
+    if (fds.empty()) return {};
+    Status sent = wire::send(channel, batch, fds);
+    batch.digests.clear();
+    fds.clear();
+    return sent;
+  };
+  for (const auto& [digest, blob] : job.blobs) {
+    batch.digests.push_back(digest);
+    fds.push_back(blob.fd());
+    if (fds.size() == Channel::kMaxFds - 1)
+      if (auto status = flush(); !status) return status;
+  }
+  if (auto status = flush(); !status) return status;
+  return wire::send(channel, wire::Run{job.request_id, job.program_json, job.output_limit_bytes, job.max_binary_bytes});
+}
+
+}  // namespace
+
+WorkerHandle::WorkerHandle(Strand strand, pid_t pid, std::size_t group, UniqueFd channel, LeaseBroker& leases,
+                           Events events, Limits limits)
+    : strand_(strand),
+      pid_(pid),
+      group_(group),
+      channel_(std::move(channel), limits.max_message_bytes),
+      readable_(strand),
+      leases_(leases),
+      events_(std::move(events)),
+      limits_(limits),
+      grace_(strand),
+      deadline_(strand) {
+  ::fcntl(channel_.fd(), F_SETFL, O_NONBLOCK);
+  readable_.assign(::fcntl(channel_.fd(), F_DUPFD_CLOEXEC, 3));
+}
+
+void WorkerHandle::start() { read(); }
+
+void WorkerHandle::read() {
+  readable_.async_wait(boost::asio::posix::stream_descriptor::wait_read,
+                       [self = shared_from_this()](boost::system::error_code ec) {
+                         if (ec || self->closed_ || self->state_ == State::gone) return;
+                         for (int i = 0; i < kMessagesPerTurn; ++i) {
+                           auto received = wire::receive(self->channel_);
+                           if (!received) {
+                             if (is_closed(received.error())) return self->channel_closed();
+                             return self->violation(received.error().message);
+                           }
+                           if (!*received) break;
+                           self->handle(std::move(**received));
+                           if (self->closed_ || self->state_ == State::gone) return;
+                         }
+                         self->read();
+                       });
+}
+
+void WorkerHandle::handle(wire::Received received) {
+  if (job_ && messages_left_-- == 0) return violation("it sent more messages than its program explains");
+  std::visit(
+      [&](auto& message) {
+        using T = std::decay_t<decltype(message)>;
+        if constexpr (std::is_same_v<T, wire::Ready>) on_ready();
+        else if constexpr (std::is_same_v<T, wire::InitLease>) on_init_lease(message.acquire);
+        else if constexpr (std::is_same_v<T, wire::Progress>) on_progress(message.index);
+        else if constexpr (std::is_same_v<T, wire::Lease>) on_lease(message.acquire);
+        else if constexpr (std::is_same_v<T, wire::GpuAccess>) on_gpu_access();
+        else if constexpr (std::is_same_v<T, wire::Result>) on_result(std::move(message), std::move(received.fds));
+        else if constexpr (std::is_same_v<T, wire::Failed>) on_failed(message.message);
+        else violation("a worker does not send '" + std::string(wire::name_of(received.message)) + "'");
+      },
+      received.message);
+}
+
+void WorkerHandle::on_ready() {
+  if (state_ != State::starting && state_ != State::recycling) return violation("'ready' while not starting");
+  if (init_turn_asked_ || init_turn_held_) return violation("'ready' while holding a context-making turn");
+  state_ = State::idle;
+  events_.idle(shared_from_this());
+}
+
+void WorkerHandle::on_init_lease(bool acquire) {
+  if (state_ != State::starting) return violation("'init_lease' after starting");
+  if (!acquire) {
+    if (!init_turn_held_) return violation("gave back a context-making turn it does not hold");
+    init_turn_held_ = false;
+    leases_.release_init(group_, pid_);
+    return;
+  }
+  if (init_turn_asked_ || init_turn_held_) return violation("asked twice for a context-making turn");
+  init_turn_asked_ = true;
+  leases_.acquire_init(group_, pid_, [weak = weak_from_this()] {
+    auto self = weak.lock();
+    if (!self || !self->init_turn_asked_ || self->state_ == State::gone) return;
+    self->init_turn_asked_ = false;
+    self->init_turn_held_ = true;
+    self->send_grant();
+  });
+}
+
+void WorkerHandle::on_progress(std::uint64_t index) {
+  if (state_ != State::running) return violation("'progress' without a job");
+  if (index >= job_->program.instructions().size()) return violation("progress past the program's end");
+  if (progress_ && index <= *progress_) return violation("progress that goes back");
+  progress_ = index;
+}
+
+void WorkerHandle::on_lease(bool acquire) {
+  if (state_ != State::running) return violation("'lease' without a job");
+  if (!acquire) {
+    if (lease_ != LeaseState::held) return violation("gave back a GPU lease it does not hold");
+    lease_ = LeaseState::none;
+    leases_.release_program(group_, pid_);
+    return;
+  }
+  if (lease_ != LeaseState::none) return violation("asked twice for the GPU lease");
+  lease_ = LeaseState::waiting;
+  pause_deadline();
+  // Granted now or inside another worker's release: either way continue on a fresh turn
+  // of the strand, and only if this job still waits.
+  auto granted = [strand = strand_, weak = weak_from_this(), job = job_] {
+    boost::asio::post(strand, [weak, job] {
+      auto self = weak.lock();
+      if (!self || self->job_ != job || self->lease_ != LeaseState::waiting) return;
+      self->lease_ = LeaseState::held;
+      self->resume_deadline();
+      self->send_grant();
+    });
+  };
+  if (auto status = leases_.acquire_program(group_, pid_, granted); !status) violation(status.error().message);
+}
+
+void WorkerHandle::on_gpu_access() {
+  if (state_ != State::running) return violation("'gpu_access' without a job");
+  if (interfered_request_id_) return;
+  // A cpu_only call used the GPU: note whose program held it at that moment.
+  if (auto holder = leases_.program_holder(group_); holder && *holder != pid_)
+    interfered_request_id_ = events_.request_of(*holder);
+}
+
+void WorkerHandle::on_failed(const std::string& message) {
+  if (state_ != State::starting) return violation("'failed' after starting");
+  std::fprintf(stderr, "kcoral-server: worker %d could not prepare itself: %.2000s\n", static_cast<int>(pid_),
+               message.c_str());
+  let_go();
+}
+
+void WorkerHandle::on_result(wire::Result message, std::vector<UniqueFd> fds) {
+  if (state_ != State::running) return violation("'result' without a job");
+  bool continues = message.continues;
+  auto result = decode_result(std::move(message), std::move(fds));
+  if (!result) return violation(result.error().message);
+  // Whether the worker takes another program is the front's call as much as the worker's.
+  bool recycle = continues && ++programs_run_ < limits_.programs;
+  if (recycle) state_ = State::recycling;
+  finish(std::move(*result));
+  if (!recycle) let_go();
+}
+
+Result<ProgramResult> WorkerHandle::decode_result(wire::Result message, std::vector<UniqueFd> fds) const {
+  ProgramResult result;
+  result.results_json = std::move(message.results);
+  result.stdout_output = {std::move(message.stdout_text), message.stdout_truncated};
+  result.stderr_output = {std::move(message.stderr_text), message.stderr_truncated};
+  result.elapsed_ms = message.elapsed_ms;
+  if (!fds.empty()) {
+    std::uint64_t declared = 0;
+    for (std::uint64_t size : message.part_sizes) {
+      if (size > job_->max_binary_bytes - std::min(declared, job_->max_binary_bytes))
+        return fail(ErrorKind::engine, "result parts exceed the job's binary limit");
+      declared += size;
+    }
+    auto parts = Blob::from_untrusted_fd(std::move(fds.front()), job_->max_binary_bytes);
+    if (!parts) return std::unexpected(parts.error());
+    if (parts->size() != declared) return fail(ErrorKind::engine, "the result parts are not the size declared");
+    std::size_t offset = 0;
+    for (std::uint64_t size : message.part_sizes) {
+      result.parts.push_back(*parts->slice(offset, size));
+      offset += size;
+    }
+  }
+  if (message.error) {
+    const wire::ErrorDetail& e = *message.error;
+    auto kind = error_kind_from_wire(e.kind);
+    if (!kind || !worker_may_report(*kind)) return fail(ErrorKind::engine, "a result with error kind '" + e.kind.substr(0, 64) + "'");
+    if (e.index > job_->program.instructions().size()) return fail(ErrorKind::engine, "a result failing past the program's end");
+    if (e.cuda_call.has_value() != e.location.has_value())
+      return fail(ErrorKind::engine, "a result with half a gpu_access detail");
+    InstructionError error{*kind, e.message, e.index, e.op, e.id, e.traceback, std::nullopt};
+    if (e.cuda_call) error.gpu_access = GpuAccessDetail{*e.cuda_call, *e.location, interfered_request_id_};
+    result.error = std::move(error);
+  }
+  return result;
+}
+
+void WorkerHandle::send_grant() {
+  if (!wire::send(channel_, wire::LeaseGranted{})) kill_tree();  // its channel tells the rest
+}
+
+bool WorkerHandle::run(std::shared_ptr<ExecuteJob> job) {
+  if (state_ != State::idle) return false;
+  if (!send_job(channel_, *job)) {
+    // The child died before it could take the job: the job goes back, the child goes.
+    kill_tree();
+    let_go();
+    return false;
+  }
+  job_ = std::move(job);
+  state_ = State::running;
+  dispatched_ = Clock::now();
+  progress_.reset();
+  interfered_request_id_.reset();
+  lease_ = LeaseState::none;
+  // A progress per instruction, a lease asked and given back per instruction, a few more.
+  messages_left_ = 16 + 3 * job_->program.instructions().size();
+  start_deadline();
+  return true;
+}
+
+void WorkerHandle::violation(const std::string& why) {
+  std::fprintf(stderr, "kcoral-server: worker %d broke the channel protocol (%.300s); killed\n",
+               static_cast<int>(pid_), why.c_str());
+  kill_tree();
+  if (job_)
+    finish(fail(ErrorKind::engine, "the worker running this program broke the channel protocol (" +
+                                       why.substr(0, 300) + ") and was killed"));
+  let_go();
+}
+
+void WorkerHandle::channel_closed() {
+  closed_ = true;
+  boost::system::error_code ignored;
+  readable_.close(ignored);
+  if (!job_) return let_go();
+  // Died mid-program. The zygote reports how (a signal, say) an instant later; wait
+  // briefly for that, so the error can say it.
+  grace_.expires_after(kExitNoticeGrace);
+  grace_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+    if (!ec && self->job_) self->crashed("");
+  });
+}
+
+void WorkerHandle::exited(const std::string& how) {
+  // The exit notice can overtake the child's last messages (its result, say), which are
+  // still in its channel: read those first.
+  while (!closed_ && job_ && state_ != State::gone) {
+    auto received = wire::receive(channel_);
+    if (!received) {
+      if (!is_closed(received.error())) return violation(received.error().message);
+      break;
+    }
+    if (!*received) break;
+    handle(std::move(**received));
+  }
+  if (job_) crashed(how);
+  let_go();
+}
+
+void WorkerHandle::crashed(const std::string& how) {
+  kill_tree();
+  std::shared_ptr<ExecuteJob> job = job_;
+  if (!progress_) {
+    finish(fail(ErrorKind::engine, "the worker exited before it ran the program" +
+                                       (how.empty() ? std::string() : " (" + how + ")")));
+  } else {
+    const Instruction& instruction = job->program.instructions()[*progress_];
+    ProgramResult result;
+    InstructionError error;
+    error.kind = ErrorKind::runtime;
+    error.message = "worker exited while executing the instruction";
+    error.instruction_index = *progress_;
+    error.instruction_op = op_name(instruction);
+    if (auto id = instruction_id(instruction)) error.instruction_id = std::string(*id);
+    if (!how.empty()) error.traceback = "The worker process ended: " + how + ".\n";
+    result.error = std::move(error);
+    finish(std::move(result));
+  }
+  let_go();
+}
+
+void WorkerHandle::finish(Result<ProgramResult> result) {
+  std::shared_ptr<ExecuteJob> job = std::move(job_);
+  if (!job) return;
+  deadline_.cancel();
+  paused_remaining_.reset();
+  grace_.cancel();
+  lease_ = LeaseState::none;
+  // Whatever the worker holds comes back here, also when it was killed.
+  LeaseTimes lease = leases_.finish(group_, pid_);
+  ResponseTimings timings{ms_between(job->received, dispatched_), ms_between(dispatched_, Clock::now()),
+                          lease.wait_ms, lease.held_ms};
+  events_.finished(shared_from_this(), std::move(job), {std::move(result), timings});
+}
+
+void WorkerHandle::discard() {
+  kill_tree();
+  job_.reset();
+  let_go();
+}
+
+void WorkerHandle::let_go() {
+  if (state_ == State::gone) return;
+  state_ = State::gone;
+  closed_ = true;
+  deadline_.cancel();
+  grace_.cancel();
+  boost::system::error_code ignored;
+  readable_.close(ignored);
+  channel_ = Channel();  // the child sees its channel close and exits
+  init_turn_asked_ = init_turn_held_ = false;
+  (void)leases_.finish(group_, pid_);
+  events_.gone(shared_from_this());
+}
+
+void WorkerHandle::kill_tree() const {
+  // The child leads its own process group (and, sandboxed, its own PID namespace, which
+  // dies with it).
+  ::kill(-pid_, SIGKILL);
+  ::kill(pid_, SIGKILL);
+}
+
+// -- the deadline ---------------------------------------------------------------------------
+
+void WorkerHandle::start_deadline() {
+  paused_remaining_.reset();
+  arm_deadline(std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(job_->timeout_seconds)));
+}
+
+void WorkerHandle::pause_deadline() {
+  if (paused_remaining_ || !job_) return;
+  paused_remaining_ = std::max(Clock::duration::zero(), deadline_at_ - Clock::now());
+  deadline_.cancel();
+}
+
+void WorkerHandle::resume_deadline() {
+  if (!paused_remaining_) return;
+  Clock::duration remaining = *paused_remaining_;
+  paused_remaining_.reset();
+  arm_deadline(remaining);
+}
+
+void WorkerHandle::arm_deadline(Clock::duration remaining) {
+  deadline_at_ = Clock::now() + remaining;
+  deadline_.expires_at(deadline_at_);
+  deadline_.async_wait([self = shared_from_this(), job = job_](boost::system::error_code ec) {
+    // A cancelled wait or a re-armed deadline must not fire the old expiry.
+    if (ec || self->job_ != job || self->paused_remaining_ || Clock::now() < self->deadline_at_) return;
+    self->kill_tree();
+    self->finish(fail(ErrorKind::timeout, "the program ran past its timeout of " +
+                                              seconds_text(job->timeout_seconds) + "; its processes were killed"));
+    self->let_go();
+  });
+}
+
+}  // namespace kcoral

@@ -1,0 +1,137 @@
+// WorkerHandle: the front's side of one worker process: its channel, where it stands in
+// the protocol, the job it runs, and that job's deadline.
+//
+// A worker runs strangers' code, so everything it sends is checked against the state it
+// is in, and anything not valid there kills it:
+//
+//   starting --ready--> idle --run(job)--> running --result--> recycling --ready--> idle
+//      |  init_lease (acquire, then give back)      |  progress, lease, gpu_access
+//      '--failed--> (exits)                         '--result, no more programs--> (let go)
+//
+// Invalid means: an unknown or malformed message, one of another state (`ready` while a
+// job runs, say), a progress index outside the program or going back, a lease asked for
+// twice or given back unheld, more messages than the program can explain, or result
+// parts that are not one sealed memfd of the declared size within the job's binary limit
+// (checked by fstat before mapping). The worker's process tree is killed and its job, if
+// any, fails with `engine`; nothing it sent reaches another job. The deadline stops while
+// the program waits for the GPU lease (lease waiting is not the program's time).
+// Used on the pool's strand only; lives as long as its pending operations.
+#pragma once
+
+#include <sys/types.h>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "channel.hpp"
+#include "execute_job.hpp"
+#include "lease_broker.hpp"
+#include "messages.hpp"
+
+namespace kcoral {
+
+class WorkerHandle;
+using WorkerPtr = std::shared_ptr<WorkerHandle>;
+
+class WorkerHandle : public std::enable_shared_from_this<WorkerHandle> {
+ public:
+  using Strand = boost::asio::strand<boost::asio::io_context::executor_type>;
+  using Clock = std::chrono::steady_clock;
+  enum class State { starting, idle, running, recycling, gone };
+
+  // What the handle tells its owner; each runs on the strand.
+  struct Events {
+    std::function<void(const WorkerPtr&)> idle;  // ready for a job
+    // The job ended, with its result or an error; called once per job.
+    std::function<void(const WorkerPtr&, std::shared_ptr<ExecuteJob>, JobOutcome)> finished;
+    std::function<void(const WorkerPtr&)> gone;  // dead or let go; it sends nothing more
+    // The request id of the job that the worker `pid` runs, if it runs one.
+    std::function<std::optional<std::string>(pid_t)> request_of;
+  };
+  struct Limits {
+    std::size_t max_message_bytes = std::size_t{1} << 30;  // one frame's text
+    std::size_t programs = 1;                              // programs one worker may run
+  };
+
+  WorkerHandle(Strand strand, pid_t pid, std::size_t group, UniqueFd channel, LeaseBroker& leases, Events events,
+               Limits limits);
+  WorkerHandle(const WorkerHandle&) = delete;
+  WorkerHandle& operator=(const WorkerHandle&) = delete;
+
+  // Starts reading the worker's messages.
+  void start();
+  // Hands an idle worker a job: its blobs and program are sent at once. False when the
+  // worker could not take it (it died meanwhile): the job is untouched, the worker gone.
+  [[nodiscard]] bool run(std::shared_ptr<ExecuteJob> job);
+  // The zygote reaped the process: `how` it ended ("killed by signal 9").
+  void exited(const std::string& how);
+  // Kills the process tree and lets the handle go (a running job is not answered).
+  void discard();
+
+  [[nodiscard]] pid_t pid() const { return pid_; }
+  [[nodiscard]] std::size_t group() const { return group_; }
+  [[nodiscard]] State state() const { return state_; }
+  [[nodiscard]] const std::shared_ptr<ExecuteJob>& job() const { return job_; }
+
+ private:
+  enum class LeaseState { none, waiting, held };
+
+  void read();
+  void handle(wire::Received received);
+  void on_ready();
+  void on_init_lease(bool acquire);
+  void on_progress(std::uint64_t index);
+  void on_lease(bool acquire);
+  void on_gpu_access();
+  void on_result(wire::Result result, std::vector<UniqueFd> fds);
+  void on_failed(const std::string& message);
+  Result<ProgramResult> decode_result(wire::Result result, std::vector<UniqueFd> fds) const;
+  void send_grant();
+  void violation(const std::string& why);
+  void channel_closed();
+  void crashed(const std::string& how);
+  void finish(Result<ProgramResult> result);
+  void let_go();
+  void kill_tree() const;
+
+  void start_deadline();
+  void pause_deadline();
+  void resume_deadline();
+  void arm_deadline(Clock::duration remaining);
+
+  Strand strand_;
+  pid_t pid_;
+  std::size_t group_;
+  Channel channel_;
+  boost::asio::posix::stream_descriptor readable_;
+  LeaseBroker& leases_;
+  Events events_;
+  Limits limits_;
+
+  State state_ = State::starting;
+  bool init_turn_asked_ = false;
+  bool init_turn_held_ = false;
+  std::size_t programs_run_ = 0;
+
+  std::shared_ptr<ExecuteJob> job_;
+  LeaseState lease_ = LeaseState::none;
+  Clock::time_point dispatched_;
+  std::optional<std::uint64_t> progress_;  // the instruction running now
+  std::size_t messages_left_ = 0;          // this job's message budget
+  std::optional<std::string> interfered_request_id_;  // whose lease a cpu_only call broke
+  bool closed_ = false;                    // the channel closed
+  boost::asio::steady_timer grace_;        // after a crash: time for the exit notice
+
+  boost::asio::steady_timer deadline_;
+  Clock::time_point deadline_at_;
+  std::optional<Clock::duration> paused_remaining_;
+};
+
+}  // namespace kcoral

@@ -1,0 +1,171 @@
+// WorkerPool: the queue, its timeouts, dispatch to idle workers, and draining.
+#include "worker_pool.hpp"
+
+#include <boost/asio/post.hpp>
+#include <numeric>
+#include <sstream>
+
+namespace kcoral {
+
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+std::string seconds_text(double seconds) {
+  std::ostringstream out;
+  out << seconds << " s";
+  return out.str();
+}
+
+double ms_since(Clock::time_point from) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - from).count();
+}
+
+}  // namespace
+
+WorkerPool::WorkerPool(boost::asio::io_context& io, Config config)
+    : strand_(boost::asio::make_strand(io)),
+      config_(std::move(config)),
+      leases_(config_.groups.size(), config_.context_inits_at_once),
+      supply_(strand_,
+              {config_.groups, config_.workers_per_group, config_.context_inits_at_once,
+               {config_.max_message_bytes, config_.programs_per_worker}, config_.zygote},
+              leases_,
+              {[this](std::map<std::string, std::string> versions) {
+                 {
+                   std::lock_guard lock(mutex_);
+                   versions_ = std::move(versions);
+                 }
+                 ready_ = true;
+               },
+               [this](const std::string& message) {
+                 std::lock_guard lock(mutex_);
+                 startup_error_ = message;  // it never started: the server reports this and exits
+               },
+               [this](const WorkerPtr& worker) {
+                 idle_.push_back(worker);
+                 dispatch();
+               },
+               [this](const WorkerPtr& worker, std::shared_ptr<ExecuteJob> job, JobOutcome outcome) {
+                 on_finished(worker, std::move(job), std::move(outcome));
+               },
+               [this](const WorkerPtr& worker) { on_gone(worker); }}),
+      running_(config_.groups.size(), 0) {}
+
+WorkerPool::~WorkerPool() { supply_.stop(); }
+
+Status WorkerPool::start() { return supply_.start(); }
+
+std::string WorkerPool::startup_error() const {
+  std::lock_guard lock(mutex_);
+  return startup_error_;
+}
+
+void WorkerPool::submit(std::shared_ptr<ExecuteJob> job) {
+  boost::asio::post(strand_, [this, job = std::move(job)]() mutable {
+    if (draining_) return answer(std::move(job), {fail(ErrorKind::busy, "the server is shutting down"), {}});
+    enqueue(std::move(job), /*front=*/false);
+    dispatch();
+  });
+}
+
+void WorkerPool::enqueue(std::shared_ptr<ExecuteJob> job, bool front) {
+  auto timer = std::make_unique<boost::asio::steady_timer>(strand_);
+  // The queue timeout counts from the request's arrival, also for a job put back.
+  timer->expires_at(job->received + std::chrono::duration_cast<Clock::duration>(
+                                        std::chrono::duration<double>(config_.queue_timeout_seconds)));
+  timer->async_wait([this, job](boost::system::error_code ec) {
+    if (ec) return;
+    auto it = std::find_if(queue_.begin(), queue_.end(), [&](const Queued& q) { return q.job == job; });
+    if (it == queue_.end()) return;
+    queue_.erase(it);
+    publish_load();
+    answer(job, {fail(ErrorKind::busy, "no worker became free within the queue timeout of " +
+                                           seconds_text(config_.queue_timeout_seconds)),
+                 {ms_since(job->received), 0, 0, 0}});
+  });
+  Queued queued{std::move(job), std::move(timer)};
+  if (front) queue_.push_front(std::move(queued));
+  else queue_.push_back(std::move(queued));
+  publish_load();
+}
+
+void WorkerPool::drain(std::function<void()> drained) {
+  boost::asio::post(strand_, [this, drained = std::move(drained)]() mutable {
+    draining_ = true;
+    drained_ = std::move(drained);
+    supply_.stop_forking();
+    for (Queued& queued : queue_) {
+      queued.timer->cancel();
+      answer(queued.job, {fail(ErrorKind::busy, "the server is shutting down"), {ms_since(queued.job->received), 0, 0, 0}});
+    }
+    queue_.clear();
+    publish_load();
+    check_drained();
+  });
+}
+
+WorkerPool::Load WorkerPool::load() const {
+  return {config_.workers_per_group * config_.groups.size(), running_count_.load(), waiting_count_.load()};
+}
+
+std::map<std::string, std::string> WorkerPool::versions() const {
+  std::lock_guard lock(mutex_);
+  return versions_;
+}
+
+void WorkerPool::dispatch() {
+  // Prepared workers outnumber the running ones (the next is forked while a program
+  // runs); at most workers_per_group of a group run at once.
+  while (!queue_.empty() && !draining_) {
+    auto free = std::find_if(idle_.begin(), idle_.end(), [&](const WorkerPtr& worker) {
+      return running_[worker->group()] < config_.workers_per_group;
+    });
+    if (free == idle_.end()) break;
+    WorkerPtr worker = *free;
+    idle_.erase(free);
+    Queued queued = std::move(queue_.front());
+    queue_.pop_front();
+    queued.timer->cancel();
+    if (!worker->run(queued.job)) {
+      enqueue(std::move(queued.job), /*front=*/true);  // that worker died; the next one takes it
+      continue;
+    }
+    ++running_[worker->group()];
+  }
+  publish_load();
+  supply_.top_up();
+}
+
+void WorkerPool::on_finished(const WorkerPtr& worker, std::shared_ptr<ExecuteJob> job, JobOutcome outcome) {
+  --running_[worker->group()];
+  publish_load();
+  answer(std::move(job), std::move(outcome));
+  if (draining_) return check_drained();
+  dispatch();
+}
+
+void WorkerPool::on_gone(const WorkerPtr& worker) {
+  std::erase(idle_, worker);
+  publish_load();
+}
+
+void WorkerPool::answer(std::shared_ptr<ExecuteJob> job, JobOutcome outcome) {
+  auto done = std::move(job->done);
+  done(std::move(job), std::move(outcome));
+}
+
+void WorkerPool::publish_load() {
+  running_count_ = std::accumulate(running_.begin(), running_.end(), std::size_t{0});
+  waiting_count_ = queue_.size();
+}
+
+void WorkerPool::check_drained() {
+  if (!draining_ || running_count_ > 0 || !drained_) return;
+  supply_.stop();
+  auto drained = std::move(drained_);
+  drained_ = nullptr;
+  drained();
+}
+
+}  // namespace kcoral

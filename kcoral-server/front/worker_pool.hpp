@@ -1,0 +1,106 @@
+// WorkerPool: the front's queue of accepted programs, matched to prepared workers.
+//
+// A job waits in the queue (first in, first out) until a worker of a group with room is
+// idle, for at most the queue timeout (then: busy). The workers themselves come from the
+// WorkerSupply and speak through their WorkerHandle (which runs the job: delivery,
+// deadline, crash attribution); the GPU leases they ask for go through the LeaseBroker.
+// Every mutation happens on the pool's strand; submit(), drain(), load(), versions(),
+// ready() and startup_error() may be called from any thread. A job's `done` runs on the
+// strand and must hand heavy work (encoding the response) elsewhere.
+//
+//   WorkerPool pool(io, config);
+//   pool.start();
+//   pool.submit(job);   // job->done(job, outcome) later, exactly once
+#pragma once
+
+#include <atomic>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <deque>
+#include <functional>
+#include <list>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "execute_job.hpp"
+#include "lease_broker.hpp"
+#include "worker_supply.hpp"
+
+namespace kcoral {
+
+class WorkerPool {
+ public:
+  struct Config {
+    std::size_t workers_per_group = 1;
+    // One group per entry: the CUDA_VISIBLE_DEVICES value (a GPU's UUID) of its workers;
+    // a single empty entry on a CPU server.
+    std::vector<std::string> groups{""};
+    std::size_t programs_per_worker = 1;  // 1: a fresh process for every program
+    // GPU: workers of one GPU that make their CUDA context at the same time. Contexts take
+    // a quarter second or more to make; with fresh workers this bounds programs/s.
+    std::size_t context_inits_at_once = 1;
+    double queue_timeout_seconds = 1800;
+    std::size_t max_message_bytes = std::size_t{1} << 30;  // a worker's largest frame
+    ZygoteConfig zygote;
+  };
+  struct Load {
+    std::size_t capacity = 0;
+    std::size_t running = 0;
+    std::size_t waiting = 0;
+  };
+
+  WorkerPool(boost::asio::io_context& io, Config config);
+  WorkerPool(const WorkerPool&) = delete;
+  WorkerPool& operator=(const WorkerPool&) = delete;
+  ~WorkerPool();
+
+  [[nodiscard]] Status start();
+  void submit(std::shared_ptr<ExecuteJob> job);
+  // Refuses queued and new jobs, lets running ones finish, stops the workers, then calls
+  // `drained` (on the strand).
+  void drain(std::function<void()> drained);
+
+  [[nodiscard]] Load load() const;
+  [[nodiscard]] std::map<std::string, std::string> versions() const;
+  [[nodiscard]] bool ready() const { return ready_.load(); }
+  // Why the workers cannot start, once that is known (empty until then).
+  [[nodiscard]] std::string startup_error() const;
+
+ private:
+  struct Queued {
+    std::shared_ptr<ExecuteJob> job;
+    std::unique_ptr<boost::asio::steady_timer> timer;
+  };
+
+  void enqueue(std::shared_ptr<ExecuteJob> job, bool front);
+  void dispatch();
+  void on_finished(const WorkerPtr& worker, std::shared_ptr<ExecuteJob> job, JobOutcome outcome);
+  void on_gone(const WorkerPtr& worker);
+  void answer(std::shared_ptr<ExecuteJob> job, JobOutcome outcome);
+  void publish_load();
+  void check_drained();
+
+  boost::asio::strand<boost::asio::io_context::executor_type> strand_;
+  Config config_;
+  LeaseBroker leases_;
+  WorkerSupply supply_;
+
+  std::deque<WorkerPtr> idle_;
+  std::vector<std::size_t> running_;  // per group
+  std::list<Queued> queue_;
+  bool draining_ = false;
+  std::function<void()> drained_;
+
+  std::atomic<bool> ready_{false};
+  std::atomic<std::size_t> running_count_{0};
+  std::atomic<std::size_t> waiting_count_{0};
+  mutable std::mutex mutex_;  // for the two below
+  std::map<std::string, std::string> versions_;
+  std::string startup_error_;
+};
+
+}  // namespace kcoral

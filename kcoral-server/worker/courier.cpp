@@ -1,0 +1,205 @@
+// Courier: a thread with its own descriptor table, relaying messages in memory.
+#include "courier.hpp"
+
+#include <fcntl.h>
+#include <linux/close_range.h>
+#include <poll.h>
+#include <sched.h>
+#include <sys/eventfd.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <string>
+
+namespace kcoral {
+namespace {
+
+std::unexpected<Error> system_error(const std::string& what) {
+  return fail(ErrorKind::engine, what + ": " + std::strerror(errno));
+}
+
+// Opens, in the calling thread's table, what descriptor `fd` of thread `tid` refers to.
+Result<UniqueFd> reopen(pid_t tid, int fd) {
+  std::string path = "/proc/" + std::to_string(::getpid()) + "/task/" + std::to_string(tid) + "/fd/" +
+                     std::to_string(fd);
+  UniqueFd reopened(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!reopened) return system_error("reopening " + path);
+  return reopened;
+}
+
+// Closes every descriptor of this thread's table but `keep` (ascending).
+void close_all_but(const std::vector<int>& keep) {
+  unsigned first = 0;
+  for (int fd : keep) {
+    if (static_cast<unsigned>(fd) > first) ::syscall(SYS_close_range, first, static_cast<unsigned>(fd) - 1, 0);
+    first = static_cast<unsigned>(fd) + 1;
+  }
+  ::syscall(SYS_close_range, first, ~0u, 0);
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Courier>> Courier::start(UniqueFd channel) {
+  std::unique_ptr<Courier> courier(new Courier());
+  courier->wake_ = UniqueFd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!courier->wake_) return system_error("eventfd");
+  int channel_fd = channel.get();
+  courier->thread_ = std::thread([raw = courier.get(), channel = std::move(channel)]() mutable {
+    raw->loop(std::move(channel));
+  });
+  std::unique_lock lock(courier->mutex_);
+  courier->changed_.wait(lock, [&] { return courier->ready_; });
+  if (!courier->started_) {
+    lock.unlock();
+    auto error = courier->started_.error();
+    return std::unexpected(error);
+  }
+  lock.unlock();
+  // The thread has its own copy of the channel now; this table's goes.
+  ::close(channel_fd);
+  return courier;
+}
+
+Courier::~Courier() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  std::uint64_t one = 1;
+  (void)::write(wake_.get(), &one, sizeof one);
+  if (thread_.joinable()) thread_.join();
+}
+
+void Courier::loop(UniqueFd channel_fd) {
+  // From here on this thread's table is its own; keep only the channel and the eventfd.
+  Status started;
+  if (::unshare(CLONE_FILES) != 0) {
+    started = system_error("unshare(CLONE_FILES)");
+  } else {
+    int a = channel_fd.get(), b = wake_.get();
+    close_all_but({std::min(a, b), std::max(a, b)});
+  }
+  {
+    std::lock_guard lock(mutex_);
+    tid_ = static_cast<pid_t>(::syscall(SYS_gettid));
+    started_ = started;
+    ready_ = true;
+  }
+  changed_.notify_all();
+  if (!started) {
+    (void)channel_fd.release();  // closed in the shared table by start()
+    return;
+  }
+  ::fcntl(channel_fd.get(), F_SETFL, O_NONBLOCK);  // read until empty, then poll again
+  Channel channel(std::move(channel_fd));
+  bool open = true;
+  while (true) {
+    pollfd fds[2] = {{wake_.get(), POLLIN, 0}, {channel.fd(), static_cast<short>(open ? POLLIN : 0), 0}};
+    if (::poll(fds, 2, -1) < 0 && errno != EINTR) break;
+    std::uint64_t count;
+    while (::read(wake_.get(), &count, sizeof count) > 0) {
+    }
+    {
+      std::lock_guard lock(mutex_);
+      if (stopping_) break;
+      for (int fd : to_close_) ::close(fd);
+      to_close_.clear();
+    }
+    send_waiting(channel);
+    if (open && (fds[1].revents & (POLLIN | POLLHUP | POLLERR))) open = receive_waiting(channel);
+  }
+  // This table, with its copy of the eventfd, goes when the thread ends.
+}
+
+void Courier::send_waiting(const Channel& channel) {
+  while (true) {
+    Outgoing* next;
+    {
+      std::lock_guard lock(mutex_);
+      if (outgoing_.empty()) return;
+      next = outgoing_.front();
+      outgoing_.pop_front();
+    }
+    Status status;
+    std::vector<UniqueFd> reopened;
+    std::vector<int> numbers;
+    for (int fd : next->fds) {
+      auto copy = reopen(::getpid(), fd);  // the shared table is the main thread's, the leader's
+      if (!copy) {
+        status = std::unexpected(copy.error());
+        break;
+      }
+      numbers.push_back(copy->get());
+      reopened.push_back(std::move(*copy));
+    }
+    if (status) status = wire::send(channel, *next->message, numbers);
+    {
+      std::lock_guard lock(mutex_);
+      next->status = status;
+    }
+    changed_.notify_all();
+  }
+}
+
+bool Courier::receive_waiting(const Channel& channel) {
+  while (true) {
+    auto received = wire::receive(channel);
+    Incoming incoming;
+    if (!received) {
+      incoming.error = received.error();
+    } else if (!*received) {
+      return true;  // nothing more for now
+    } else {
+      incoming.message = std::move((*received)->message);
+      for (UniqueFd& fd : (*received)->fds) incoming.fds.push_back(fd.release());
+    }
+    bool failed = !incoming.message;
+    {
+      std::lock_guard lock(mutex_);
+      incoming_.push_back(std::move(incoming));
+    }
+    changed_.notify_all();
+    if (failed) return false;
+  }
+}
+
+Status Courier::send(const wire::Message& message, std::vector<int> fds) {
+  Outgoing outgoing{&message, std::move(fds), std::nullopt};
+  std::unique_lock lock(mutex_);
+  if (stopping_) return fail(ErrorKind::engine, "the courier has stopped");
+  outgoing_.push_back(&outgoing);
+  std::uint64_t one = 1;
+  (void)::write(wake_.get(), &one, sizeof one);
+  changed_.wait(lock, [&] { return outgoing.status.has_value(); });
+  return *outgoing.status;
+}
+
+Result<wire::Received> Courier::receive() {
+  std::unique_lock lock(mutex_);
+  changed_.wait(lock, [&] { return !incoming_.empty(); });
+  // A failure stays queued: every later call fails the same way.
+  if (!incoming_.front().message) return std::unexpected(incoming_.front().error);
+  Incoming incoming = std::move(incoming_.front());
+  incoming_.pop_front();
+  pid_t tid = tid_;
+  lock.unlock();
+  wire::Received received{std::move(*incoming.message), {}};
+  Status reopened_all;
+  for (int fd : incoming.fds) {
+    auto copy = reopen(tid, fd);
+    if (!copy && reopened_all) reopened_all = std::unexpected(copy.error());
+    if (copy) received.fds.push_back(std::move(*copy));
+  }
+  lock.lock();
+  to_close_.insert(to_close_.end(), incoming.fds.begin(), incoming.fds.end());
+  lock.unlock();
+  std::uint64_t one = 1;
+  (void)::write(wake_.get(), &one, sizeof one);
+  if (!reopened_all) return std::unexpected(reopened_all.error());
+  return received;
+}
+
+}  // namespace kcoral

@@ -1,0 +1,139 @@
+// The life of a worker process: prepare, ready, then blobs, run, clean up, result.
+#include "program_process.hpp"
+
+#include <sys/stat.h>
+
+#include "process_tree.hpp"
+#include "remote_lease.hpp"
+
+namespace kcoral {
+namespace {
+
+// Makes the CUDA context, a bounded number of workers at a time per GPU (the front's
+// init lease), so contexts are not all made at once when many workers start together.
+Status prepare_gpu(Executor& executor, Courier& courier) {
+  RemoteLease init_lease(courier, RemoteLease::Kind::init);
+  if (auto status = init_lease.acquire(); !status) return status;
+  return executor.prepare_device();
+}
+
+struct Job {
+  wire::Run run;
+  BlobMap blobs;
+};
+
+// Receives the next program (blobs first); nullopt when the front let this worker go.
+std::optional<Job> next_job(Courier& courier) {
+  Job job;
+  while (true) {
+    auto received = courier.receive();
+    if (!received) return std::nullopt;
+    if (auto* blobs = std::get_if<wire::Blobs>(&received->message)) {
+      for (std::size_t i = 0; i < blobs->digests.size() && i < received->fds.size(); ++i) {
+        auto blob = Blob::from_fd(std::move(received->fds[i]));
+        if (blob) job.blobs.emplace(blobs->digests[i], std::move(*blob));
+      }
+    } else if (auto* run = std::get_if<wire::Run>(&received->message)) {
+      job.run = std::move(*run);
+      return job;
+    } else {
+      return std::nullopt;  // nothing else is sent to an idle worker
+    }
+  }
+}
+
+ProgramResult run_one(Executor& executor, Courier& courier, const Job& job, const ProgramProcessOptions& options) {
+  auto program = Program::parse(job.run.program);
+  if (!program) {
+    ProgramResult result;
+    result.error = InstructionError{ErrorKind::engine,
+                                    "the worker could not read the program: " + program.error().message,
+                                    0, "upload", std::nullopt, "", std::nullopt};
+    return result;
+  }
+  RunOptions run_options;
+  run_options.output_limit_bytes = job.run.output_limit_bytes;
+  run_options.max_binary_bytes = job.run.max_binary_bytes;
+  run_options.work_root = options.work_root;
+  run_options.on_instruction = [&courier](std::size_t index) { (void)courier.send(wire::Progress{index}); };
+  run_options.on_gpu_access = [&courier](const GpuAccessDetail&) { (void)courier.send(wire::GpuAccess{}); };
+  if (!options.gpu) {
+    NoGpuLease lease;
+    return executor.run(*program, job.blobs, lease, run_options);
+  }
+  RemoteLease lease(courier, RemoteLease::Kind::program);
+  return executor.run(*program, job.blobs, lease, run_options);
+}
+
+// The parts behind one sealed memfd that holds exactly them, back to back (as the
+// executor makes them); other parts are copied into a new one.
+Result<Blob> parts_file(const std::vector<Blob>& parts) {
+  std::size_t offset = 0;
+  bool one_file = true;
+  for (const Blob& part : parts) {
+    one_file = one_file && part.fd() == parts.front().fd() && part.offset() == offset;
+    offset += part.size();
+  }
+  struct stat info {};
+  if (one_file && ::fstat(parts.front().fd(), &info) == 0 && static_cast<std::size_t>(info.st_size) == offset)
+    return parts.front();
+  BlobBuilder builder;
+  for (const Blob& part : parts)
+    if (auto status = builder.append(part.bytes()); !status) return std::unexpected(status.error());
+  auto packed = builder.finish();
+  if (!packed) return std::unexpected(packed.error());
+  return packed->front();
+}
+
+Status send_result(Courier& courier, const ProgramResult& result, bool continues) {
+  wire::Result message{continues,
+                       result.results_json,
+                       result.stdout_output.text,
+                       result.stdout_output.truncated,
+                       result.stderr_output.text,
+                       result.stderr_output.truncated,
+                       result.elapsed_ms,
+                       {},
+                       std::nullopt};
+  if (const auto& error = result.error) {
+    message.error = wire::ErrorDetail{std::string(to_wire(error->kind)), error->message, error->instruction_index,
+                                      error->instruction_op, error->traceback, error->instruction_id,
+                                      std::nullopt, std::nullopt};
+    if (error->gpu_access) {
+      message.error->cuda_call = error->gpu_access->cuda_call;
+      message.error->location = error->gpu_access->location;
+    }
+  }
+  if (result.parts.empty()) return courier.send(message);
+  for (const Blob& part : result.parts) message.part_sizes.push_back(part.size());
+  auto file = parts_file(result.parts);
+  if (!file) return std::unexpected(file.error());
+  return courier.send(message, {file->fd()});
+}
+
+}  // namespace
+
+int serve_programs(Executor& executor, Courier& courier, const ProgramProcessOptions& options) {
+  // Before the first program arrives, not after: this worker was forked ahead of time.
+  executor.warm_up(options.work_root);
+  if (options.gpu) {
+    if (auto status = prepare_gpu(executor, courier); !status) {
+      (void)courier.send(wire::Failed{status.error().message});
+      return 1;
+    }
+  }
+  for (std::size_t served = 0; served < options.programs; ++served) {
+    if (!courier.send(wire::Ready{})) return 1;
+    std::optional<Job> job = next_job(courier);
+    if (!job) return 0;
+    ProgramResult result = run_one(executor, courier, *job, options);
+    // The response is the program's end: nothing it started may outlive it.
+    bool left_processes = kill_descendants() > 0;
+    bool continues = served + 1 < options.programs && !result.device_lost && !left_processes;
+    if (!send_result(courier, result, continues)) return 1;
+    if (!continues) return result.device_lost ? 2 : 0;
+  }
+  return 0;
+}
+
+}  // namespace kcoral

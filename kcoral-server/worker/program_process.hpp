@@ -1,0 +1,24 @@
+// A worker process: prepares itself, then runs the programs the front sends, one at a
+// time (one, unless the server reuses workers).
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "courier.hpp"
+#include "kcoral/executor.hpp"
+
+namespace kcoral {
+
+struct ProgramProcessOptions {
+  std::string work_root;     // programs' working directories go below it
+  bool gpu = false;          // make a CUDA context (under the front's init lease) before ready
+  std::size_t programs = 1;  // programs to run before exiting: 1 keeps every program fresh
+};
+
+// Warms up (and on a GPU makes its context), announces readiness, then for each program:
+// receives blobs and the program through `courier`, runs it, kills what it left running
+// and sends the result. Returns the process exit code.
+[[nodiscard]] int serve_programs(Executor& executor, Courier& courier, const ProgramProcessOptions& options);
+
+}  // namespace kcoral

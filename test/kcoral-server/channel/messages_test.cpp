@@ -1,0 +1,166 @@
+// The channel messages (kcoral-server/channel/messages.cpp): every message round-trips
+// with its fields; the wire names are one table; the decoder refuses what is not exactly
+// a message: not JSON, no or unknown type, a missing field, a field of the wrong type or
+// out of range, an unknown field (nested ones too), and a descriptor count other than
+// the message's own.
+#include <doctest/doctest.h>
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <set>
+
+#include "messages.hpp"
+
+namespace wire = kcoral::wire;
+
+namespace {
+
+// One of each message, every field set to something other than its default.
+std::vector<wire::Message> one_of_each() {
+  wire::Result result{true, R"({"out":{"type":"int","value":"1"}})", "out ü", true, "err", false, 12.5, {3, 0, 7},
+                      wire::ErrorDetail{"runtime", "boom", 2, "run", "Traceback...", "r", "cuLaunchKernel", "x.py:3"}};
+  return {wire::Fork{"GPU-1234"},
+          wire::ZygoteReady{{{"python", "3.11"}, {"numpy", "2.0"}}},
+          wire::Forked{4242},
+          wire::Exited{4242, std::nullopt, 9},
+          wire::ZygoteFailed{"no python"},
+          wire::Blobs{{"aa", "bb"}},
+          wire::Run{"rid", R"({"instructions":[]})", 77, 88},
+          wire::LeaseGranted{},
+          wire::Ready{},
+          wire::Progress{3},
+          wire::Lease{true},
+          wire::InitLease{false},
+          wire::GpuAccess{},
+          wire::Failed{"no context"},
+          result};
+}
+
+std::string refusal(std::string_view text, std::size_t descriptors = 0) {
+  auto decoded = wire::decode(text, descriptors);
+  REQUIRE_MESSAGE(!decoded, text);
+  CHECK(decoded.error().kind == kcoral::ErrorKind::engine);
+  return decoded.error().message;
+}
+
+}  // namespace
+
+TEST_SUITE("messages") {
+
+TEST_CASE("every message round-trips through its text, fields and all") {
+  auto messages = one_of_each();
+  REQUIRE(messages.size() == std::variant_size_v<wire::Message>);
+  for (const wire::Message& message : messages) {
+    CAPTURE(wire::name_of(message));
+    std::string text = wire::encode(message);
+    auto decoded = wire::decode(text, wire::descriptor_count(message));
+    REQUIRE_MESSAGE(decoded.has_value(), decoded.error().message);
+    CHECK(decoded->index() == message.index());
+    CHECK(wire::encode(*decoded) == text);
+  }
+}
+
+TEST_CASE("the fields come back as they were sent") {
+  auto decoded = wire::decode(wire::encode(one_of_each().back()), 1);
+  REQUIRE(decoded.has_value());
+  const auto& result = std::get<wire::Result>(*decoded);
+  CHECK(result.continues);
+  CHECK(result.stdout_text == "out ü");
+  CHECK(result.part_sizes == std::vector<std::uint64_t>{3, 0, 7});
+  REQUIRE(result.error.has_value());
+  CHECK(result.error->index == 2);
+  CHECK(result.error->id == "r");
+  CHECK(result.error->location == "x.py:3");
+  auto exited = std::get<wire::Exited>(*wire::decode(R"({"type":"exited","pid":7,"signal":9})", 0));
+  CHECK(!exited.exit_code.has_value());
+  CHECK(exited.signal == 9);
+}
+
+TEST_CASE("the wire names are unique and name their message") {
+  std::set<std::string_view> names(wire::kNames.begin(), wire::kNames.end());
+  CHECK(names.size() == wire::kNames.size());
+  for (const wire::Message& message : one_of_each())
+    CHECK(wire::encode(message).find(R"("type":")" + std::string(wire::name_of(message)) + "\"") != std::string::npos);
+}
+
+TEST_CASE("descriptor counts: blobs one per digest, forked one, a result with parts one") {
+  CHECK(wire::descriptor_count(wire::Blobs{{"a", "b", "c"}}) == 3);
+  CHECK(wire::descriptor_count(wire::Forked{2}) == 1);
+  CHECK(wire::descriptor_count(wire::Result{}) == 0);
+  wire::Result with_parts;
+  with_parts.part_sizes = {0};
+  CHECK(wire::descriptor_count(with_parts) == 1);
+  CHECK(wire::descriptor_count(wire::Ready{}) == 0);
+}
+
+TEST_CASE("what is not a typed JSON object is refused") {
+  CHECK(refusal("").find("not a JSON object") != std::string::npos);
+  CHECK(refusal("[1]").find("not a JSON object") != std::string::npos);
+  CHECK(refusal(R"({"type":"ready"} trailing)").find("not a JSON object") != std::string::npos);
+  CHECK(refusal(R"({"index":1})").find("no type") != std::string::npos);
+  CHECK(refusal(R"({"type":7})").find("no type") != std::string::npos);
+  CHECK(refusal(R"({"type":"take_over"})").find("unknown channel message type 'take_over'") != std::string::npos);
+}
+
+TEST_CASE("a missing field is refused, not defaulted") {
+  CHECK(refusal(R"({"type":"progress"})") == "a 'progress' message: 'index' is missing");
+  CHECK(refusal(R"({"type":"lease"})") == "a 'lease' message: 'acquire' is missing");
+  CHECK(refusal(R"({"type":"forked"})", 1) == "a 'forked' message: 'pid' is missing");
+}
+
+TEST_CASE("a field of the wrong type or out of range is refused") {
+  CHECK(refusal(R"({"type":"progress","index":"3"})") == "a 'progress' message: 'index' must be a non-negative integer");
+  CHECK(refusal(R"({"type":"progress","index":-1})").find("non-negative integer") != std::string::npos);
+  CHECK(refusal(R"({"type":"progress","index":1.5})").find("non-negative integer") != std::string::npos);
+  CHECK(refusal(R"({"type":"progress","index":null})").find("non-negative integer") != std::string::npos);
+  CHECK(refusal(R"({"type":"lease","acquire":1})") == "a 'lease' message: 'acquire' must be true or false");
+  CHECK(refusal(R"({"type":"forked","pid":18446744073709551615})", 1).find("out of range") != std::string::npos);
+  CHECK(refusal(R"({"type":"blobs","digests":["a",2]})", 2) == "a 'blobs' message: 'digests' [1] must be a string");
+  CHECK(refusal(R"({"type":"zygote_ready","versions":{"numpy":2}})").find("'numpy' must be a string") !=
+        std::string::npos);
+}
+
+TEST_CASE("an unknown field is refused, at the top and inside the error") {
+  CHECK(refusal(R"({"type":"ready","continues":true})") == "a 'ready' message: has a field it does not define");
+  CHECK(refusal(R"({"type":"progress","index":1,"request_id":"x"})").find("does not define") != std::string::npos);
+  wire::Result result;
+  result.error = wire::ErrorDetail{"runtime", "m", 0, "run", "", std::nullopt, std::nullopt, std::nullopt};
+  std::string text = wire::encode(result);
+  auto at = text.find(R"("kind":)");
+  REQUIRE(at != std::string::npos);
+  text.insert(at, R"("severity":"high",)");
+  CHECK(refusal(text).find("'error' has a field it does not define") != std::string::npos);
+}
+
+TEST_CASE("a message with other than its own descriptors is refused") {
+  CHECK(refusal(R"({"type":"ready"})", 1) == "a 'ready' message came with 1 descriptors instead of 0");
+  CHECK(refusal(R"({"type":"blobs","digests":["a","b"]})", 1).find("instead of 2") != std::string::npos);
+  CHECK(refusal(R"({"type":"forked","pid":5})", 0).find("instead of 1") != std::string::npos);
+  std::string result = wire::encode(wire::Result{false, "{}", "", false, "", false, 0, {4}, std::nullopt});
+  CHECK(refusal(result, 0).find("instead of 1") != std::string::npos);
+}
+
+TEST_CASE("send insists on the message's descriptor count, and receive decodes with the descriptors") {
+  auto pair = kcoral::Channel::socket_pair();
+  REQUIRE(pair.has_value());
+  kcoral::Channel a(std::move(pair->first)), b(std::move(pair->second));
+  CHECK(!wire::send(a, wire::Forked{9}));
+  kcoral::UniqueFd memfd(::memfd_create("messages-test", MFD_CLOEXEC));
+  int fd = memfd.get();
+  REQUIRE(wire::send(a, wire::Forked{9}, std::span<const int>(&fd, 1)).has_value());
+  ::fcntl(b.fd(), F_SETFL, O_NONBLOCK);
+  auto received = wire::receive(b);
+  REQUIRE(received.has_value());
+  REQUIRE(received->has_value());
+  CHECK(std::get<wire::Forked>((*received)->message).pid == 9);
+  CHECK((*received)->fds.size() == 1);
+  REQUIRE(a.send(R"({"type":"ready","extra":1})").has_value());
+  CHECK(!wire::receive(b).has_value());
+  auto nothing = wire::receive(b);
+  REQUIRE(nothing.has_value());
+  CHECK(!nothing->has_value());
+}
+
+}  // TEST_SUITE

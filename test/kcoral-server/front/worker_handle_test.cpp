@@ -1,0 +1,431 @@
+// WorkerHandle (kcoral-server/front/worker_handle.cpp), the front's state machine for one
+// worker, against a hostile worker played by the test over a real channel, with a real
+// process standing in for the worker's process tree (so that a kill can be seen). A
+// well-behaved worker runs its job to a result; every message a worker may not send in
+// its state, every malformed one, and every bad result part kills the process and fails
+// that job with `engine` (and only that job); leases and context turns follow the
+// protocol; deadlines and crashes are answered.
+#include <doctest/doctest.h>
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <boost/asio/io_context.hpp>
+
+#include "kcoral/program_builder.hpp"
+#include "worker_handle.hpp"
+
+using kcoral::WorkerHandle;
+namespace wire = kcoral::wire;
+
+namespace {
+
+// A job of four instructions (upload, get_function, run, return).
+std::shared_ptr<kcoral::ExecuteJob> make_job(double timeout_seconds = 30, std::uint64_t max_binary_bytes = 1 << 20) {
+  kcoral::ProgramBuilder builder;
+  auto module = builder.upload_module("m", "def f():\n    return 1\n");
+  auto f = builder.get_function("f", module, "f");
+  builder.return_value("out", builder.run("out", f));
+  auto built = builder.build();
+  REQUIRE(built.has_value());
+  auto job = std::make_shared<kcoral::ExecuteJob>();
+  job->request_id = "request-1";
+  job->program_json = "{}";
+  job->program = std::move(built->program);
+  job->blobs = std::move(built->blobs);
+  job->timeout_seconds = timeout_seconds;
+  job->max_binary_bytes = max_binary_bytes;
+  return job;
+}
+
+kcoral::UniqueFd memfd_with(std::string_view data, bool sealed) {
+  kcoral::UniqueFd fd(::memfd_create("handle-test", MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  REQUIRE(::write(fd.get(), data.data(), data.size()) == static_cast<ssize_t>(data.size()));
+  if (sealed) ::fcntl(fd.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE);
+  return fd;
+}
+
+wire::Result completed(std::vector<std::uint64_t> part_sizes = {}) {
+  return {false, R"({"out":{"type":"int","value":"1"}})", "printed", false, "", false, 1.5, std::move(part_sizes),
+          std::nullopt};
+}
+
+struct Harness {
+  boost::asio::io_context io;
+  WorkerHandle::Strand strand{boost::asio::make_strand(io)};
+  kcoral::LeaseBroker leases{1, 1};
+  kcoral::Channel worker;  // the test is the worker at this end
+  pid_t process = -1;      // stands in for the worker's process tree
+  std::shared_ptr<WorkerHandle> handle;
+  int idle = 0;
+  bool gone = false;
+  std::optional<kcoral::JobOutcome> outcome;
+
+  explicit Harness(std::size_t programs = 1) {
+    process = ::fork();
+    if (process == 0) {
+      ::setsid();
+      while (true) ::pause();
+    }
+    auto pair = kcoral::Channel::socket_pair();
+    REQUIRE(pair.has_value());
+    worker = kcoral::Channel(std::move(pair->second));
+    WorkerHandle::Events events{[this](const kcoral::WorkerPtr&) { ++idle; },
+                                [this](const kcoral::WorkerPtr&, std::shared_ptr<kcoral::ExecuteJob>,
+                                       kcoral::JobOutcome result) { outcome = std::move(result); },
+                                [this](const kcoral::WorkerPtr&) { gone = true; },
+                                [](pid_t) { return std::optional<std::string>("other-request"); }};
+    handle = std::make_shared<WorkerHandle>(strand, process, 0, std::move(pair->first), leases, events,
+                                            WorkerHandle::Limits{1 << 20, programs});
+    handle->start();
+  }
+  ~Harness() {
+    if (process <= 0) return;  // never kill(-1, ...)
+    ::kill(process, SIGKILL);
+    ::waitpid(process, nullptr, 0);
+  }
+
+  template <class Predicate>
+  bool pump(Predicate done) {
+    for (int i = 0; i < 400 && !done(); ++i) io.run_for(std::chrono::milliseconds(5));
+    return done();
+  }
+  void send(const wire::Message& message, std::vector<int> fds = {}) {
+    REQUIRE(wire::send(worker, message, fds).has_value());
+  }
+  void send_text(const std::string& text) { REQUIRE(worker.send(text).has_value()); }
+  // The next message the front sent this worker.
+  wire::Received receive() {
+    pollfd readable{worker.fd(), POLLIN, 0};
+    for (int i = 0; i < 400 && ::poll(&readable, 1, 0) == 0; ++i) io.run_for(std::chrono::milliseconds(5));
+    auto received = wire::receive(worker);
+    REQUIRE_MESSAGE(received.has_value(), received.error().message);
+    return std::move(**received);
+  }
+  // Announces itself and takes a job (its blobs and its run arrive).
+  void take(std::shared_ptr<kcoral::ExecuteJob> job) {
+    send(wire::Ready{});
+    REQUIRE(pump([&] { return idle == 1; }));
+    REQUIRE(handle->run(std::move(job)));
+    while (!std::holds_alternative<wire::Run>(receive().message)) {
+    }
+  }
+  bool killed() {
+    int status = 0;
+    for (int i = 0; i < 200; ++i) {
+      if (::waitpid(process, &status, WNOHANG) == process) {
+        process = -1;
+        return WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
+      }
+      ::usleep(5000);
+    }
+    return false;
+  }
+  std::string engine_error() {
+    REQUIRE(pump([&] { return outcome.has_value() && gone; }));
+    REQUIRE(!outcome->result.has_value());
+    CHECK(outcome->result.error().kind == kcoral::ErrorKind::engine);
+    return outcome->result.error().message;
+  }
+};
+
+}  // namespace
+
+TEST_SUITE("worker_handle") {
+
+TEST_CASE("a worker that says ready runs a job to its result and parts, and is then let go") {
+  Harness h;
+  h.take(make_job());
+  h.send(wire::Progress{0});
+  h.send(wire::Progress{2});
+  auto parts = memfd_with("abcdefg", true);
+  h.send(completed({3, 4}), {parts.get()});
+  REQUIRE(h.pump([&] { return h.outcome.has_value() && h.gone; }));
+  REQUIRE(h.outcome->result.has_value());
+  const kcoral::ProgramResult& result = *h.outcome->result;
+  CHECK(result.completed());
+  CHECK(result.stdout_output.text == "printed");
+  REQUIRE(result.parts.size() == 2);
+  CHECK(result.parts[0].view() == "abc");
+  CHECK(result.parts[1].view() == "defg");
+  CHECK(h.handle->state() == WorkerHandle::State::gone);
+  CHECK(!wire::receive(h.worker).has_value());  // its channel was closed
+}
+
+TEST_CASE("a job's blobs arrive in batches under the descriptor limit, then its run") {
+  Harness h;
+  auto job = make_job();
+  for (int i = 0; i < 600; ++i) {
+    std::string data = "blob " + std::to_string(i);
+    job->blobs.emplace(std::to_string(i), *kcoral::Blob::copy_of(data));
+  }
+  h.send(wire::Ready{});
+  REQUIRE(h.pump([&] { return h.idle == 1; }));
+  REQUIRE(h.handle->run(job));
+  std::size_t blobs = 0, batches = 0;
+  while (true) {
+    wire::Received received = h.receive();
+    if (std::holds_alternative<wire::Run>(received.message)) break;
+    const auto& batch = std::get<wire::Blobs>(received.message);
+    CHECK(received.fds.size() < kcoral::Channel::kMaxFds);
+    for (std::size_t i = 0; i < batch.digests.size(); ++i) {
+      auto blob = kcoral::Blob::from_fd(std::move(received.fds[i]));
+      CHECK(blob->view() == job->blobs.at(batch.digests[i]).view());
+    }
+    blobs += batch.digests.size();
+    ++batches;
+  }
+  CHECK(blobs == job->blobs.size());
+  CHECK(batches >= 3);
+}
+
+TEST_CASE("a failed program's error comes through with its instruction") {
+  Harness h;
+  h.take(make_job());
+  wire::Result failed = completed();
+  failed.error = wire::ErrorDetail{"runtime", "boom", 2, "run", "Traceback", "out", std::nullopt, std::nullopt};
+  h.send(failed);
+  REQUIRE(h.pump([&] { return h.outcome.has_value(); }));
+  REQUIRE(h.outcome->result.has_value());
+  REQUIRE(h.outcome->result->error.has_value());
+  CHECK(h.outcome->result->error->kind == kcoral::ErrorKind::runtime);
+  CHECK(h.outcome->result->error->instruction_index == 2);
+  CHECK(h.outcome->result->error->instruction_id == "out");
+}
+
+TEST_CASE("ready while a job runs kills the worker and fails that job") {
+  Harness h;
+  h.take(make_job());
+  h.send(wire::Ready{});
+  CHECK(h.engine_error() ==
+        "the worker running this program broke the channel protocol ('ready' while not starting) and was killed");
+  CHECK(h.killed());
+  CHECK(h.idle == 1);  // not idle again: nothing of it reaches another job
+}
+
+TEST_CASE("messages a running worker may not send kill it") {
+  struct Case {
+    const char* name;
+    std::string text;
+    const char* why;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"progress past the end", R"({"type":"progress","index":4})", "progress past the program's end"},
+           {"a missing field", R"({"type":"progress"})", "'index' is missing"},
+           {"a default-looking field", R"({"type":"progress","index":"0"})", "non-negative integer"},
+           {"an unknown type", R"({"type":"take_over"})", "unknown channel message type"},
+           {"a front message", R"({"type":"run","request_id":"x","program":"{}","output_limit_bytes":1,"max_binary_bytes":1})",
+            "a worker does not send 'run'"},
+           {"a zygote message", R"({"type":"exited","pid":1})", "a worker does not send 'exited'"},
+           {"a lease given back unheld", R"({"type":"lease","acquire":false})", "does not hold"},
+           {"a context turn mid-job", R"({"type":"init_lease","acquire":true})", "'init_lease' after starting"},
+           {"failed mid-job", R"({"type":"failed","message":"x"})", "'failed' after starting"},
+           {"not JSON", "{{{{", "not a JSON object"},
+       }) {
+    CAPTURE(c.name);
+    Harness h;
+    h.take(make_job());
+    h.send_text(c.text);
+    CHECK(h.engine_error().find(c.why) != std::string::npos);
+    CHECK(h.killed());
+  }
+}
+
+TEST_CASE("progress that goes back, and a lease asked for twice, kill the worker") {
+  {
+    Harness h;
+    h.take(make_job());
+    h.send(wire::Progress{2});
+    h.send(wire::Progress{1});
+    CHECK(h.engine_error().find("progress that goes back") != std::string::npos);
+  }
+  {
+    Harness h;
+    h.take(make_job());
+    h.send(wire::Lease{true});
+    CHECK(std::holds_alternative<wire::LeaseGranted>(h.receive().message));
+    h.send(wire::Lease{true});
+    CHECK(h.engine_error().find("asked twice for the GPU lease") != std::string::npos);
+    CHECK(!h.leases.program_holder(0).has_value());  // taken back from the killed worker
+  }
+}
+
+TEST_CASE("results that are not what they claim kill the worker") {
+  SUBCASE("an error kind a worker may not report") {
+    Harness h;
+    h.take(make_job());
+    wire::Result result = completed();
+    result.error = wire::ErrorDetail{"busy", "x", 0, "run", "", std::nullopt, std::nullopt, std::nullopt};
+    h.send(result);
+    CHECK(h.engine_error().find("error kind 'busy'") != std::string::npos);
+  }
+  SUBCASE("parts in a memfd that is not sealed") {
+    Harness h;
+    h.take(make_job());
+    auto parts = memfd_with("abc", false);
+    h.send(completed({3}), {parts.get()});
+    CHECK(h.engine_error().find("not sealed") != std::string::npos);
+  }
+  SUBCASE("parts in a pipe") {
+    Harness h;
+    h.take(make_job());
+    int pipe_fds[2];
+    REQUIRE(::pipe(pipe_fds) == 0);
+    h.send(completed({3}), {pipe_fds[0]});
+    ::close(pipe_fds[0]);
+    ::close(pipe_fds[1]);
+    CHECK(h.engine_error().find("not a regular file") != std::string::npos);
+  }
+  SUBCASE("parts of another size than declared") {
+    Harness h;
+    h.take(make_job());
+    auto parts = memfd_with("abcdef", true);
+    h.send(completed({3, 2}), {parts.get()});
+    CHECK(h.engine_error().find("not the size declared") != std::string::npos);
+  }
+  SUBCASE("a 64 GiB memfd is refused by its size, before it is mapped") {
+    Harness h;
+    h.take(make_job());
+    kcoral::UniqueFd huge(::memfd_create("huge", MFD_CLOEXEC | MFD_ALLOW_SEALING));
+    REQUIRE(::ftruncate(huge.get(), std::int64_t{64} << 30) == 0);  // sparse: costs nothing
+    ::fcntl(huge.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE);
+    h.send(completed({std::uint64_t{64} << 30}), {huge.get()});
+    CHECK(h.engine_error().find("exceed the job's binary limit") != std::string::npos);
+  }
+  SUBCASE("declared sizes over the limit that overflow when added") {
+    Harness h;
+    h.take(make_job());
+    auto parts = memfd_with("ab", true);
+    h.send(completed({1, ~std::uint64_t{0}}), {parts.get()});
+    CHECK(h.engine_error().find("exceed the job's binary limit") != std::string::npos);
+  }
+}
+
+TEST_CASE("a worker that floods the front with messages is killed") {
+  Harness h;
+  h.take(make_job());
+  for (int i = 0; i < 100; ++i) h.send(wire::GpuAccess{});
+  CHECK(h.engine_error().find("more messages than its program explains") != std::string::npos);
+}
+
+TEST_CASE("any message from an idle worker kills it; it never had a job to fail") {
+  Harness h;
+  h.send(wire::Ready{});
+  REQUIRE(h.pump([&] { return h.idle == 1; }));
+  h.send(wire::Progress{0});
+  REQUIRE(h.pump([&] { return h.gone; }));
+  CHECK(!h.outcome.has_value());
+  CHECK(h.killed());
+}
+
+TEST_CASE("the GPU lease: asked, granted, given back; the deadline waits while it is asked for") {
+  Harness h;
+  h.take(make_job());
+  h.send(wire::Lease{true});
+  CHECK(std::holds_alternative<wire::LeaseGranted>(h.receive().message));
+  CHECK(h.leases.program_holder(0) == h.process);
+  h.send(wire::Lease{false});
+  h.send(completed());
+  REQUIRE(h.pump([&] { return h.outcome.has_value(); }));
+  CHECK(h.outcome->result.has_value());
+  CHECK(h.outcome->timings.lease_held_ms >= 0);
+}
+
+TEST_CASE("a gpu_access notes whose program held the GPU") {
+  Harness h;
+  REQUIRE(h.leases.acquire_program(0, 1, [] {}).has_value());  // another worker holds it
+  h.take(make_job());
+  h.send(wire::GpuAccess{});
+  wire::Result result = completed();
+  result.error = wire::ErrorDetail{"gpu_access", "used the GPU", 2, "run", "", std::nullopt, "cuMemAlloc", "f.py:1"};
+  h.send(result);
+  REQUIRE(h.pump([&] { return h.outcome.has_value(); }));
+  REQUIRE(h.outcome->result.has_value());
+  REQUIRE(h.outcome->result->error->gpu_access.has_value());
+  CHECK(h.outcome->result->error->gpu_access->interfered_request_id == "other-request");
+}
+
+TEST_CASE("context turns: asked while starting, granted, given back before ready") {
+  Harness h;
+  h.send(wire::InitLease{true});
+  CHECK(std::holds_alternative<wire::LeaseGranted>(h.receive().message));
+  h.send(wire::InitLease{false});
+  h.send(wire::Ready{});
+  REQUIRE(h.pump([&] { return h.idle == 1; }));
+  CHECK(!h.gone);
+}
+
+TEST_CASE("ready while holding a context turn kills the worker") {
+  Harness h;
+  h.send(wire::InitLease{true});
+  CHECK(std::holds_alternative<wire::LeaseGranted>(h.receive().message));
+  h.send(wire::Ready{});
+  REQUIRE(h.pump([&] { return h.gone; }));
+  CHECK(h.idle == 0);
+  CHECK(h.killed());
+}
+
+TEST_CASE("a worker may take another program only as many times as the server allows") {
+  SUBCASE("programs = 1: let go after its result, whatever it says") {
+    Harness h(1);
+    h.take(make_job());
+    wire::Result result = completed();
+    result.continues = true;
+    h.send(result);
+    REQUIRE(h.pump([&] { return h.outcome.has_value() && h.gone; }));
+  }
+  SUBCASE("programs = 2: ready again after the first, let go after the second") {
+    Harness h(2);
+    h.take(make_job());
+    wire::Result result = completed();
+    result.continues = true;
+    h.send(result);
+    REQUIRE(h.pump([&] { return h.outcome.has_value(); }));
+    CHECK(!h.gone);
+    CHECK(h.handle->state() == WorkerHandle::State::recycling);
+    h.send(wire::Ready{});
+    REQUIRE(h.pump([&] { return h.idle == 2; }));
+    REQUIRE(h.handle->run(make_job()));
+    h.send(result);
+    REQUIRE(h.pump([&] { return h.gone; }));
+  }
+}
+
+TEST_CASE("a job past its deadline is answered timeout and its process killed") {
+  Harness h;
+  h.take(make_job(0.05));
+  REQUIRE(h.pump([&] { return h.outcome.has_value() && h.gone; }));
+  REQUIRE(!h.outcome->result.has_value());
+  CHECK(h.outcome->result.error().kind == kcoral::ErrorKind::timeout);
+  CHECK(h.killed());
+}
+
+TEST_CASE("a worker that dies mid-instruction fails that instruction, saying how it died") {
+  Harness h;
+  h.take(make_job());
+  h.send(wire::Progress{2});
+  h.handle->exited("killed by signal 11");
+  REQUIRE(h.outcome.has_value());
+  REQUIRE(h.outcome->result.has_value());
+  const auto& error = *h.outcome->result->error;
+  CHECK(error.kind == kcoral::ErrorKind::runtime);
+  CHECK(error.instruction_index == 2);
+  CHECK(error.traceback == "The worker process ended: killed by signal 11.\n");
+  CHECK(h.gone);
+}
+
+TEST_CASE("a result already in the channel when the exit notice comes is still the answer") {
+  Harness h;
+  h.take(make_job());
+  h.send(completed());
+  h.handle->exited("exit code 0");
+  REQUIRE(h.outcome.has_value());
+  CHECK(h.outcome->result.has_value());
+  CHECK(h.outcome->result->completed());
+}
+
+}  // TEST_SUITE
