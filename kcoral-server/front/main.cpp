@@ -79,6 +79,39 @@ int main(int argc, char** argv) {
                  "Python executable whose environment the workers embed (default: the one installed "
                  "beside kcoral-worker, else the build's)");
   app.add_option("--worker", config.worker_path, "Path of kcoral-worker (default: beside this binary)");
+
+  auto* sandbox = app.add_option_group("Sandbox", "What every program may see and use (README: Security model)");
+  sandbox
+      ->add_option("--sandbox", config.sandbox,
+                   "namespaces: each program in its own user, PID, mount, IPC and network namespaces, as an "
+                   "unprivileged user, with a read-only system, private scratch space, a seccomp filter and the "
+                   "limits below; none: no isolation at all (only for machines that cannot make namespaces; "
+                   "programs can then read and disturb everything the server can)")
+      ->check(CLI::IsMember({"namespaces", "none"}))
+      ->capture_default_str();
+  sandbox
+      ->add_option("--memory-limit-bytes", config.memory_limit_bytes,
+                   "Memory of each program process: its address space on a CPU server, its data segment on a GPU "
+                   "server (CUDA reserves address space far beyond memory)")
+      ->capture_default_str();
+  sandbox->add_option("--file-size-limit-bytes", config.file_size_limit_bytes, "Largest file a program may write")
+      ->capture_default_str();
+  sandbox->add_option("--process-limit", config.process_limit, "Processes and threads of one program")
+      ->capture_default_str();
+  sandbox->add_option("--open-files-limit", config.open_files_limit, "Open files of each program process")
+      ->capture_default_str();
+  sandbox
+      ->add_option("--scratch-bytes", config.scratch_bytes,
+                   "Private writable space of one program (memory-backed): its working directory, /tmp, "
+                   "/var/tmp, /dev/shm and HOME together; gone when the program ends")
+      ->capture_default_str();
+  sandbox->add_option("--sandbox-uid", config.sandbox_uid, "User id programs run as, outside (server run as root)")
+      ->capture_default_str();
+  sandbox->add_option("--sandbox-gid", config.sandbox_gid, "Group id programs run as, outside (server run as root)")
+      ->capture_default_str();
+  sandbox->add_option("--readable-path", config.readable_paths,
+                      "A path programs may read besides the system (/usr, /etc, /opt, /sys) and the Python "
+                      "environment (repeatable)");
   CLI11_PARSE(app, argc, argv);
   if (config.max_timeout_seconds < config.default_timeout_seconds)
     config.default_timeout_seconds = config.max_timeout_seconds;

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdio>
 #include <ctime>
+#include <sstream>
 #include <thread>
 
 #include "kcoral/gpu_inventory.hpp"
@@ -40,6 +41,37 @@ std::string beside_this_binary(const std::string& name) {
   return exe.substr(0, exe.rfind('/') + 1) + name;
 }
 
+// The sandbox settings, as kcoral-worker takes them.
+std::vector<std::string> sandbox_args(const ServerConfig& config) {
+  std::vector<std::string> args{"--sandbox", config.sandbox,
+                                "--memory-limit-bytes", std::to_string(config.memory_limit_bytes),
+                                "--file-size-limit-bytes", std::to_string(config.file_size_limit_bytes),
+                                "--process-limit", std::to_string(config.process_limit),
+                                "--open-files-limit", std::to_string(config.open_files_limit),
+                                "--scratch-bytes", std::to_string(config.scratch_bytes),
+                                "--sandbox-uid", std::to_string(config.sandbox_uid),
+                                "--sandbox-gid", std::to_string(config.sandbox_gid)};
+  for (const std::string& path : config.readable_paths) {
+    args.push_back("--readable-path");
+    args.push_back(path);
+  }
+  return args;
+}
+
+// One line on what programs run in, printed at start.
+std::string sandbox_summary(const ServerConfig& config) {
+  if (config.sandbox == "none")
+    return "sandbox: none -- programs run unisolated, as this server's user, and can read and disturb "
+           "everything it can";
+  std::ostringstream out;
+  out << "sandbox: namespaces (user, PID, mount, IPC, network); programs run as an unprivileged user with a "
+         "read-only system, "
+      << (config.scratch_bytes >> 20) << " MiB private scratch, seccomp, memory "
+      << (config.memory_limit_bytes >> 20) << " MiB, files " << (config.file_size_limit_bytes >> 20)
+      << " MiB, " << config.process_limit << " processes, " << config.open_files_limit << " open files";
+  return out.str();
+}
+
 }  // namespace
 
 int run_server(ServerConfig config) {
@@ -58,7 +90,7 @@ int run_server(ServerConfig config) {
   pool_config.programs_per_worker = config.programs_per_worker;
   pool_config.context_inits_at_once = config.context_inits_at_once;
   pool_config.zygote = {config.worker_path, config.device, config.work_root, config.python,
-                        config.programs_per_worker, config.cuda_connections, {}};
+                        config.programs_per_worker, config.cuda_connections, sandbox_args(config)};
   pool_config.workers_per_group = config.num_workers;
   // A result's frame holds its returned values' JSON and both captured streams.
   pool_config.max_message_bytes = config.max_response_bytes + 2 * config.max_output_limit_bytes + (1u << 20);
@@ -133,8 +165,9 @@ int run_server(ServerConfig config) {
     return 1;
   }
   listener->run();
-  std::printf("kcoral-server listening on http://%s:%u (%s, %zu workers)\n", config.host.c_str(),
-              static_cast<unsigned>(*port), config.device.c_str(), pool.load().capacity);
+  std::fprintf(stderr, "kcoral-server: %s\n", sandbox_summary(config).c_str());
+  std::printf("kcoral-server listening on http://%s:%u (%s, %zu workers, sandbox %s)\n", config.host.c_str(),
+              static_cast<unsigned>(*port), config.device.c_str(), pool.load().capacity, config.sandbox.c_str());
   std::fflush(stdout);
 
   boost::asio::signal_set signals(io, SIGINT, SIGTERM);

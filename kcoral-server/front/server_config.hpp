@@ -36,6 +36,17 @@ struct ServerConfig {
   std::string work_root;       // empty: $TMPDIR/kcoral-<pid>
   std::string worker_path;     // empty: kcoral-worker beside this binary
   std::string python;          // empty: the worker's own choice
+
+  // The sandbox of every program (see kcoral-server/worker/sandbox.hpp).
+  std::string sandbox = "namespaces";  // or "none"
+  std::uint64_t memory_limit_bytes = 8ull << 30;
+  std::uint64_t file_size_limit_bytes = 1ull << 30;
+  std::uint64_t process_limit = 256;
+  std::uint64_t open_files_limit = 16384;
+  std::uint64_t scratch_bytes = 2ull << 30;
+  std::uint32_t sandbox_uid = 65534;
+  std::uint32_t sandbox_gid = 65534;
+  std::vector<std::string> readable_paths;
 };
 
 }  // namespace kcoral

@@ -7,7 +7,9 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 
 #include "channel.hpp"
 #include "kcoral/executor.hpp"
@@ -53,27 +55,59 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_option("--cuda-connections", options.cuda_connections, "CUDA_DEVICE_MAX_CONNECTIONS of the workers")
       ->check(CLI::Range(0, 32));
+  // The sandbox (see sandbox.hpp); kcoral-server's --help explains each.
+  kcoral::SandboxConfig sandbox_config;
+  std::string sandbox = "namespaces";
+  app.add_option("--sandbox", sandbox)->check(CLI::IsMember({"namespaces", "none"}));
+  app.add_option("--memory-limit-bytes", sandbox_config.memory_bytes);
+  app.add_option("--file-size-limit-bytes", sandbox_config.file_size_bytes);
+  app.add_option("--process-limit", sandbox_config.processes);
+  app.add_option("--open-files-limit", sandbox_config.open_files);
+  app.add_option("--scratch-bytes", sandbox_config.scratch_bytes);
+  app.add_option("--sandbox-uid", sandbox_config.uid);
+  app.add_option("--sandbox-gid", sandbox_config.gid);
+  app.add_option("--readable-path", sandbox_config.readable_paths);
   CLI11_PARSE(app, argc, argv);
 
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the front
   raise_descriptor_limit();
   kcoral::become_subreaper();
   Channel control{kcoral::UniqueFd(control_fd)};
+  auto failed = [&](const std::string& message) {
+    (void)kcoral::wire::send(control, kcoral::wire::ZygoteFailed{message});
+    return 1;
+  };
+
+  // Before the interpreter starts threads: a zygote that is not root enters a user
+  // namespace of its own here, which a threaded process cannot.
+  bool gpu = options.device == "gpu";
+  sandbox_config.enabled = sandbox == "namespaces";
+  sandbox_config.gpu = gpu;
+  sandbox_config.root_mountpoint = options.work_root + "/sandbox-root";
+  kcoral::Sandbox sandboxes(sandbox_config);
+  if (auto prepared = sandboxes.prepare_zygote(); !prepared) return failed(prepared.error().message);
 
   if (python.empty()) python = python_beside_this_binary();
   // The heavy imports happen once, here, not in every child. A GPU parent imports torch
   // but makes no CUDA context: CUDA does not survive fork, each child makes its own.
-  bool gpu = options.device == "gpu";
   std::vector<std::string> preload{"numpy"};
   if (gpu) preload.push_back("torch");
   auto executor = kcoral::Executor::create({python, options.work_root, preload, gpu});
-  if (!executor) {
-    (void)kcoral::wire::send(control, kcoral::wire::ZygoteFailed{executor.error().message});
-    return 1;
-  }
+  if (!executor) return failed(executor.error().message);
   auto versions = (*executor)->versions();
   (*executor)->prepare_for_fork();
-  (void)kcoral::wire::send(control, kcoral::wire::ZygoteReady{std::move(versions)});
+
+  // What workers may read: the interpreter's environment and the libraries' directories.
+  sandboxes.add_readable_paths(kcoral::interpreter_paths());
+  if (const char* library_path = std::getenv("LD_LIBRARY_PATH")) {
+    std::vector<std::string> directories;
+    std::string all = library_path;
+    for (std::size_t start = 0, end; start <= all.size(); start = end + 1) {
+      end = std::min(all.find(':', start), all.size());
+      directories.push_back(all.substr(start, end - start));
+    }
+    sandboxes.add_readable_paths(directories);
+  }
 
   sigset_t mask;
   sigemptyset(&mask);
@@ -82,5 +116,9 @@ int main(int argc, char** argv) {
   sigaddset(&mask, SIGINT);
   ::sigprocmask(SIG_BLOCK, &mask, nullptr);
   int signal_fd = ::signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
-  return kcoral::Zygote(options, **executor, std::move(control)).serve(signal_fd);
+  kcoral::Zygote zygote(options, **executor, sandboxes, std::move(control));
+  // A sandbox that cannot be made here fails the start, not every program.
+  if (sandbox_config.enabled)
+    if (auto tried = zygote.trial(); !tried) return zygote.failed_to_start(tried.error().message);
+  return zygote.serve(signal_fd, std::move(versions));
 }

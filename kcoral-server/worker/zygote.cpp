@@ -10,6 +10,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <fcntl.h>
+
 #include <cerrno>
 #include <cstring>
 #include <vector>
@@ -37,9 +39,79 @@ void set_environment(const char* name, const std::string& value) {
   Py_XDECREF(os);
 }
 
+// What a sandboxed program finds in its environment: a home and temporary directory in
+// its own scratch space, and its user's name.
+std::vector<std::pair<const char*, std::string>> sandbox_environment() {
+  return {{"HOME", "/tmp/home"}, {"TMPDIR", "/tmp"}, {"USER", "kcoral"}, {"LOGNAME", "kcoral"}};
+}
+
 }  // namespace
 
-int Zygote::serve(int signal_fd) {
+std::vector<std::string> interpreter_paths() {
+  std::vector<std::string> paths;
+  PyGILState_STATE gil = PyGILState_Ensure();
+  PyObject* sys = PyImport_ImportModule("sys");
+  for (const char* name : {"prefix", "base_prefix", "exec_prefix", "base_exec_prefix", "executable"}) {
+    PyObject* value = sys != nullptr ? PyObject_GetAttrString(sys, name) : nullptr;
+    if (const char* text = value != nullptr ? PyUnicode_AsUTF8(value) : nullptr) paths.emplace_back(text);
+    Py_XDECREF(value);
+  }
+  PyObject* path = sys != nullptr ? PyObject_GetAttrString(sys, "path") : nullptr;
+  for (Py_ssize_t i = 0; path != nullptr && PyList_Check(path) && i < PyList_Size(path); ++i)
+    if (const char* text = PyUnicode_AsUTF8(PyList_GetItem(path, i))) paths.emplace_back(text);
+  Py_XDECREF(path);
+  Py_XDECREF(sys);
+  PyErr_Clear();
+  PyGILState_Release(gil);
+  return paths;
+}
+
+Result<pid_t> Zygote::fork_child(const std::function<void()>& child) {
+  PyGILState_STATE gil = PyGILState_Ensure();
+  PyOS_BeforeFork();
+  auto pid = sandbox_.fork();
+  if (pid && *pid == 0) {
+    PyOS_AfterFork_Child();
+    PyGILState_Release(gil);
+    child();
+    ::_exit(1);
+  }
+  PyOS_AfterFork_Parent();
+  PyGILState_Release(gil);
+  if (pid) sandbox_.admit(*pid);
+  return pid;
+}
+
+Status Zygote::trial() {
+  int pipe_fds[2];
+  if (::pipe2(pipe_fds, O_CLOEXEC) != 0) return fail(ErrorKind::engine, std::string("pipe: ") + std::strerror(errno));
+  UniqueFd read_end(pipe_fds[0]), write_end(pipe_fds[1]);
+  auto pid = fork_child([&] {
+    read_end.reset();
+    auto entered = sandbox_.enter({write_end.get()}, "");
+    std::string report = entered ? "ok" : entered.error().message;
+    (void)::write(write_end.get(), report.data(), report.size());
+    ::_exit(0);
+  });
+  if (!pid) return std::unexpected(pid.error());
+  write_end.reset();
+  std::string report;
+  char buffer[4096];
+  for (ssize_t n; (n = ::read(read_end.get(), buffer, sizeof buffer)) > 0;) report.append(buffer, n);
+  ::waitpid(*pid, nullptr, 0);
+  if (report != "ok")
+    return fail(ErrorKind::engine, "the sandbox cannot be set up here: " +
+                                       (report.empty() ? std::string("the trial worker died") : report));
+  return {};
+}
+
+int Zygote::failed_to_start(const std::string& message) {
+  report_error(message);
+  return 1;
+}
+
+int Zygote::serve(int signal_fd, std::map<std::string, std::string> versions) {
+  if (!wire::send(control_, wire::ZygoteReady{std::move(versions)})) return 1;
   while (true) {
     pollfd fds[2] = {{control_.fd(), POLLIN, 0}, {signal_fd, POLLIN, 0}};
     if (::poll(fds, 2, -1) < 0) {
@@ -71,16 +143,15 @@ std::string Zygote::worker_root(pid_t pid) const { return options_.work_root + "
 void Zygote::fork_worker(int signal_fd, const std::string& visible_devices) {
   auto pair = Channel::socket_pair();
   if (!pair) return report_error(pair.error().message);
-  PyGILState_STATE gil = PyGILState_Ensure();
-  PyOS_BeforeFork();
-  pid_t pid = ::fork();
-  if (pid == 0) {
-    PyOS_AfterFork_Child();
+  auto pid = fork_child([&] {
+    PyGILState_STATE gil = PyGILState_Ensure();
     // Pinned to its GPU by UUID before anything in it can touch CUDA; through
     // os.environ, so that programs see the same value CUDA does.
     if (!visible_devices.empty()) set_environment("CUDA_VISIBLE_DEVICES", visible_devices);
     if (options_.cuda_connections > 0)
       set_environment("CUDA_DEVICE_MAX_CONNECTIONS", std::to_string(options_.cuda_connections));
+    if (sandbox_.config().enabled)
+      for (const auto& [name, value] : sandbox_environment()) set_environment(name, value);
     PyGILState_Release(gil);
     ::close(signal_fd);
     (void)control_.release_socket();  // closed: only the zygote may hold the front's line
@@ -90,18 +161,23 @@ void Zygote::fork_worker(int signal_fd, const std::string& visible_devices) {
     ::sigprocmask(SIG_SETMASK, &none, nullptr);
     ::setsid();  // its own process group: the front kills the whole group on timeout
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    become_subreaper();
-    auto courier = Courier::start(std::move(pair->second));
+    Channel channel(std::move(pair->second));
+    auto sandboxed_root = sandbox_.enter({channel.fd()}, visible_devices);
+    if (!sandboxed_root) {
+      (void)wire::send(channel, wire::Failed{sandboxed_root.error().message});
+      ::_exit(1);
+    }
+    become_subreaper();  // what the program leaves running stays below the worker
+    auto courier = Courier::start(channel.release_socket());
     if (!courier) ::_exit(1);
-    ProgramProcessOptions process{worker_root(::getpid()), options_.device == "gpu", options_.programs_per_worker};
+    std::string root = sandboxed_root->empty() ? worker_root(::getpid()) : *sandboxed_root;
+    ProgramProcessOptions process{root, options_.device == "gpu", options_.programs_per_worker};
     ::_exit(serve_programs(executor_, **courier, process));
-  }
-  PyOS_AfterFork_Parent();
-  PyGILState_Release(gil);
-  if (pid < 0) return report_error(std::string("fork failed: ") + std::strerror(errno));
-  workers_.insert(pid);
+  });
+  if (!pid) return report_error(pid.error().message);
+  workers_.insert(*pid);
   int channel = pair->first.get();
-  (void)wire::send(control_, wire::Forked{pid}, std::span<const int>(&channel, 1));
+  (void)wire::send(control_, wire::Forked{*pid}, std::span<const int>(&channel, 1));
 }
 
 void Zygote::reap() {
@@ -115,6 +191,11 @@ void Zygote::reap() {
     wire::Exited exited{pid, std::nullopt, std::nullopt};
     if (WIFEXITED(status)) exited.exit_code = WEXITSTATUS(status);
     if (WIFSIGNALED(status)) exited.signal = WTERMSIG(status);
+    // A sandboxed worker's init ends as the worker did, a signal N as exit code 128 + N.
+    if (sandbox_.config().enabled && exited.exit_code > 128) {
+      exited.signal = *exited.exit_code - 128;
+      exited.exit_code.reset();
+    }
     (void)wire::send(control_, exited);
   }
   // Whatever a dead worker left running was handed to us; nothing of it may live on.

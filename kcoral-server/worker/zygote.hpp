@@ -12,11 +12,15 @@
 
 #include <sys/types.h>
 
+#include <functional>
+#include <map>
 #include <set>
+#include <vector>
 #include <string>
 
 #include "channel.hpp"
 #include "kcoral/executor.hpp"
+#include "sandbox.hpp"
 
 namespace kcoral {
 
@@ -27,14 +31,22 @@ struct ZygoteOptions {
   int cuda_connections = 0;  // > 0: CUDA_DEVICE_MAX_CONNECTIONS of the workers
 };
 
+// The directories the embedded interpreter reads from: its prefixes and sys.path.
+[[nodiscard]] std::vector<std::string> interpreter_paths();
+
 class Zygote {
  public:
-  Zygote(ZygoteOptions options, Executor& executor, Channel control)
-      : options_(std::move(options)), executor_(executor), control_(std::move(control)) {}
+  Zygote(ZygoteOptions options, Executor& executor, Sandbox& sandbox, Channel control)
+      : options_(std::move(options)), executor_(executor), sandbox_(sandbox), control_(std::move(control)) {}
 
-  // Serves fork requests until the front closes the control channel or a signal other
-  // than SIGCHLD arrives on `signal_fd`; then kills every worker. Returns the exit code.
-  [[nodiscard]] int serve(int signal_fd);
+  // Forks one worker that sets its sandbox up and exits: whether workers can start here.
+  [[nodiscard]] Status trial();
+  // Tells the front it is ready (with `versions`), then serves fork requests until the
+  // front closes the control channel or a signal other than SIGCHLD arrives on
+  // `signal_fd`; then kills every worker. Returns the exit code.
+  [[nodiscard]] int serve(int signal_fd, std::map<std::string, std::string> versions);
+  // Tells the front the zygote cannot start, and why. Returns the exit code.
+  [[nodiscard]] int failed_to_start(const std::string& message);
 
  private:
   [[nodiscard]] std::string worker_root(pid_t pid) const;
@@ -42,8 +54,13 @@ class Zygote {
   void reap();
   void report_error(const std::string& message);
 
+  // Forks a child (sandboxed, when the sandbox is on); runs `child` in it, which must not
+  // return. The parent gets the pid.
+  [[nodiscard]] Result<pid_t> fork_child(const std::function<void()>& child);
+
   ZygoteOptions options_;
   Executor& executor_;
+  Sandbox& sandbox_;
   Channel control_;
   std::set<pid_t> workers_;
 };

@@ -1,0 +1,424 @@
+// Sandbox: namespaces, a new root of read-only binds and private tmpfs, the uid-map
+// handshake with the zygote, capabilities dropped, limits and the seccomp filter.
+#include "sandbox.hpp"
+
+#include <fcntl.h>
+#include <grp.h>
+#include <linux/capability.h>
+#include <net/if.h>
+#include <poll.h>
+#include <pwd.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "seccomp_filter.hpp"
+
+namespace kcoral {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr uid_t kInsideUid = 1000;
+constexpr gid_t kInsideGid = 1000;
+constexpr const char* kScratch = "/tmp";
+constexpr const char* kHome = "/tmp/home";
+// The system a program may read. Top-level symbolic links (merged /usr) are copied.
+constexpr const char* kSystemPaths[] = {"/usr", "/etc", "/opt", "/sys", "/bin", "/sbin",
+                                        "/lib", "/lib32", "/lib64", "/libx32"};
+// Secrets under /etc that a program never needs; each is hidden when it exists.
+constexpr const char* kMasked[] = {"/etc/shadow",  "/etc/shadow-",  "/etc/gshadow", "/etc/gshadow-",
+                                   "/etc/sudoers", "/etc/sudoers.d", "/etc/ssh",     "/etc/ssl/private"};
+constexpr const char* kDevices[] = {"null", "zero", "full", "random", "urandom"};
+constexpr auto kAdmitTimeout = std::chrono::seconds(10);
+
+std::unexpected<Error> system_error(const std::string& what) {
+  return fail(ErrorKind::engine, what + ": " + std::strerror(errno));
+}
+
+Status write_file(const std::string& path, const std::string& text) {
+  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
+  if (!fd) return system_error("opening " + path);
+  if (::write(fd.get(), text.data(), text.size()) != static_cast<ssize_t>(text.size()))
+    return system_error("writing " + path);
+  return {};
+}
+
+Status make_directories(const std::string& path) {
+  std::error_code ec;
+  fs::create_directories(path, ec);
+  if (ec) return fail(ErrorKind::engine, "creating " + path + ": " + ec.message());
+  return {};
+}
+
+// An empty file or directory at `target`, to mount something of that kind on.
+Status make_mountpoint(const std::string& target, bool directory) {
+  if (directory) return make_directories(target);
+  if (auto status = make_directories(fs::path(target).parent_path()); !status) return status;
+  UniqueFd fd(::open(target.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0444));
+  if (!fd) return system_error("creating " + target);
+  return {};
+}
+
+Status mount_or_fail(const char* source, const std::string& target, const char* type, unsigned long flags,
+                     const char* data = nullptr) {
+  if (::mount(source, target.c_str(), type, flags, data) != 0)
+    return system_error(std::string("mounting ") + (source != nullptr ? source : type) + " on " + target);
+  return {};
+}
+
+// Binds `source` at `target` (recursively), read-only and without set-uid or device files.
+Status bind_read_only(const std::string& source, const std::string& target) {
+  struct stat info {};
+  if (::stat(source.c_str(), &info) != 0) return {};  // nothing there to show
+  if (auto status = make_mountpoint(target, S_ISDIR(info.st_mode)); !status) return status;
+  if (auto status = mount_or_fail(source.c_str(), target, nullptr, MS_BIND | MS_REC); !status) return status;
+  mount_attr attributes{};
+  attributes.attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
+  if (::mount_setattr(AT_FDCWD, target.c_str(), AT_RECURSIVE, &attributes, sizeof attributes) == 0) return {};
+  // Kernels before 5.12: the top mount at least.
+  return mount_or_fail(nullptr, target, nullptr, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV);
+}
+
+// The minor number of the GPU whose UUID is `uuid`, from the driver's /proc files.
+std::optional<int> nvidia_minor(const std::string& uuid) {
+  std::error_code ec;
+  for (const auto& gpu : fs::directory_iterator("/proc/driver/nvidia/gpus", ec)) {
+    std::ifstream information(gpu.path() / "information");
+    std::string line, found_uuid;
+    std::optional<int> minor;
+    while (std::getline(information, line)) {
+      if (line.rfind("GPU UUID:", 0) == 0) found_uuid = line.substr(line.find_first_not_of(" \t", 9));
+      if (line.rfind("Device Minor:", 0) == 0) minor = std::atoi(line.c_str() + 13);
+    }
+    if (found_uuid == uuid && minor) return minor;
+  }
+  return std::nullopt;
+}
+
+// The device nodes of the GPU `uuid`: the GPU's own and the driver's shared ones.
+std::vector<std::string> gpu_devices(const std::string& uuid) {
+  std::vector<std::string> devices{"nvidiactl", "nvidia-uvm"};
+  if (auto minor = nvidia_minor(uuid)) devices.push_back("nvidia" + std::to_string(*minor));
+  return devices;
+}
+
+Status set_limit(int resource, std::uint64_t value, const char* name) {
+  rlimit limit{static_cast<rlim_t>(value), static_cast<rlim_t>(value)};
+  if (::setrlimit(resource, &limit) != 0) return system_error(std::string("setting the limit on ") + name);
+  return {};
+}
+
+Status drop_capabilities() {
+  for (int cap = 0; cap <= CAP_LAST_CAP; ++cap) ::prctl(PR_CAPBSET_DROP, cap, 0, 0, 0);
+  ::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
+  __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[_LINUX_CAPABILITY_U32S_3] = {};
+  if (::syscall(SYS_capset, &header, data) != 0) return system_error("dropping capabilities");
+  return {};
+}
+
+Status loopback_up() {
+  UniqueFd socket(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  if (!socket) return system_error("socket");
+  ifreq request{};
+  std::strncpy(request.ifr_name, "lo", IFNAMSIZ - 1);
+  if (::ioctl(socket.get(), SIOCGIFFLAGS, &request) != 0) return system_error("reading the loopback's flags");
+  request.ifr_flags = static_cast<short>(request.ifr_flags | IFF_UP);
+  if (::ioctl(socket.get(), SIOCSIFFLAGS, &request) != 0) return system_error("bringing the loopback up");
+  return {};
+}
+
+// /etc/passwd and /etc/group as the host has them, with the program's user added, so
+// that tools that look the user up (getpass.getuser) find it.
+Status write_identity(const std::string& directory) {
+  auto copy_with = [](const char* host, const std::string& to, const std::string& line) -> Status {
+    std::ifstream in(host);
+    std::ostringstream text;
+    text << in.rdbuf() << line << "\n";
+    std::ofstream out(to);
+    out << text.str();
+    if (!out) return fail(ErrorKind::engine, "writing " + to);
+    return {};
+  };
+  std::string uid = std::to_string(kInsideUid), gid = std::to_string(kInsideGid);
+  if (auto status = copy_with("/etc/passwd", directory + "/passwd",
+                              "kcoral:x:" + uid + ":" + gid + ":KCoral program:" + kHome + ":/bin/sh");
+      !status)
+    return status;
+  return copy_with("/etc/group", directory + "/group", "kcoral:x:" + gid + ":");
+}
+
+// The init of a worker's PID namespace: reaps whatever ends below it (orphans come here)
+// until the worker itself ends, then ends the same way, as an exit code: the worker's,
+// or 128 + the signal that killed it. Its end takes the namespace's other processes.
+[[noreturn]] void serve_as_init(pid_t worker) {
+  ::syscall(SYS_close_range, 0u, ~0u, 0);
+  while (true) {
+    int status = 0;
+    pid_t pid = ::waitpid(-1, &status, 0);
+    if (pid < 0 && errno == EINTR) continue;
+    if (pid < 0) ::_exit(255);
+    if (pid != worker) continue;
+    ::_exit(WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status));
+  }
+}
+
+}  // namespace
+
+Status Sandbox::prepare_zygote() {
+  if (!config_.enabled) return {};
+  zygote_is_root_ = ::geteuid() == 0;
+  if (!zygote_is_root_) {
+    // Root of a user namespace of its own: enough to make PID namespaces and to map the
+    // workers' users to the server's own.
+    uid_t uid = ::geteuid();
+    gid_t gid = ::getegid();
+    if (::unshare(CLONE_NEWUSER) != 0)
+      return system_error("cannot make a user namespace for the sandbox (run as root, allow unprivileged user "
+                          "namespaces, or start with --sandbox none)");
+    if (auto s = write_file("/proc/self/setgroups", "deny"); !s) return s;
+    if (auto s = write_file("/proc/self/uid_map", "0 " + std::to_string(uid) + " 1"); !s) return s;
+    if (auto s = write_file("/proc/self/gid_map", "0 " + std::to_string(gid) + " 1"); !s) return s;
+  }
+  own_pid_namespace_ = UniqueFd(::open("/proc/self/ns/pid", O_RDONLY | O_CLOEXEC));
+  if (!own_pid_namespace_) return system_error("opening /proc/self/ns/pid");
+  if (auto s = make_directories(config_.root_mountpoint); !s) return s;
+  return {};
+}
+
+void Sandbox::add_readable_paths(const std::vector<std::string>& paths) {
+  for (const std::string& path : paths) {
+    if (path.empty() || path[0] != '/') continue;
+    std::error_code ec;
+    fs::path real = fs::weakly_canonical(path, ec);
+    if (ec || !fs::exists(real, ec)) continue;
+    readable_.push_back(real.string());
+  }
+}
+
+Result<pid_t> Sandbox::fork() {
+  if (!config_.enabled) {
+    pid_t pid = ::fork();
+    if (pid < 0) return system_error("fork");
+    return pid;
+  }
+  int pair[2];
+  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) != 0) return system_error("socketpair");
+  admit_parent_ = UniqueFd(pair[0]);
+  admit_child_ = UniqueFd(pair[1]);
+  if (::unshare(CLONE_NEWPID) != 0) return system_error("cannot make a PID namespace");
+  pid_t pid = ::fork();
+  int saved = errno;
+  if (pid != 0) {
+    // The next fork starts from the zygote's own namespace again.
+    if (::setns(own_pid_namespace_.get(), CLONE_NEWPID) != 0) return system_error("setns back to the zygote's");
+    admit_child_.reset();
+  } else {
+    admit_parent_.reset();
+  }
+  errno = saved;
+  if (pid < 0) return system_error("fork");
+  return pid;
+}
+
+void Sandbox::admit(pid_t child) {
+  if (!config_.enabled) return;
+  UniqueFd socket = std::move(admit_parent_);
+  pollfd readable{socket.get(), POLLIN, 0};
+  char byte = 0;
+  auto timeout_ms = std::chrono::duration_cast<std::chrono::milliseconds>(kAdmitTimeout).count();
+  if (::poll(&readable, 1, static_cast<int>(timeout_ms)) != 1 || ::read(socket.get(), &byte, 1) != 1) return;
+  // The child made its user namespace: map its one user, unprivileged outside.
+  uid_t outside_uid = zygote_is_root_ ? config_.uid : 0;
+  gid_t outside_gid = zygote_is_root_ ? config_.gid : 0;
+  std::string proc = "/proc/" + std::to_string(child);
+  bool mapped = write_file(proc + "/setgroups", "deny") &&
+                write_file(proc + "/gid_map", std::to_string(kInsideGid) + " " + std::to_string(outside_gid) + " 1") &&
+                write_file(proc + "/uid_map", std::to_string(kInsideUid) + " " + std::to_string(outside_uid) + " 1");
+  byte = mapped ? 'k' : 'x';
+  (void)::write(socket.get(), &byte, 1);
+}
+
+Result<std::string> Sandbox::enter(std::vector<int> keep, const std::string& visible_devices) {
+  if (!config_.enabled) return std::string();
+  UniqueFd admit = std::move(admit_child_);
+  keep.push_back(admit.get());
+
+  // Namespaces but the user's, which comes last (its maps are the zygote's to write).
+  if (::unshare(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWNET | CLONE_NEWUTS | CLONE_NEWCGROUP) != 0)
+    return system_error("cannot make the sandbox's namespaces");
+  if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) return system_error("making / private");
+
+  // The new root: a small tmpfs holding mountpoints, read-only once built.
+  const std::string root = config_.root_mountpoint;
+  if (auto s = mount_or_fail("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=16m"); !s)
+    return std::unexpected(s.error());
+  for (const char* path : kSystemPaths) {
+    struct stat info {};
+    if (::lstat(path, &info) != 0) continue;
+    if (S_ISLNK(info.st_mode)) {
+      char target[4096];
+      ssize_t n = ::readlink(path, target, sizeof target - 1);
+      if (n <= 0) continue;
+      target[n] = '\0';
+      if (::symlink(target, (root + path).c_str()) != 0) return system_error(std::string("linking ") + path);
+    } else if (auto s = bind_read_only(path, root + path); !s) {
+      return std::unexpected(s.error());
+    }
+  }
+  std::vector<std::string> readable = readable_;
+  readable.insert(readable.end(), config_.readable_paths.begin(), config_.readable_paths.end());
+  std::sort(readable.begin(), readable.end());
+  std::string last;
+  for (const std::string& path : readable) {
+    auto under = [&](const std::string& parent) {
+      return path == parent || (path.size() > parent.size() && path.compare(0, parent.size(), parent) == 0 &&
+                                path[parent.size()] == '/');
+    };
+    if ((!last.empty() && under(last)) ||
+        std::any_of(std::begin(kSystemPaths), std::end(kSystemPaths), [&](const char* p) { return under(p); }))
+      continue;
+    if (auto s = bind_read_only(path, root + path); !s) return std::unexpected(s.error());
+    last = path;
+  }
+  for (const char* path : kMasked) {
+    struct stat info {};
+    if (::stat(path, &info) != 0) continue;
+    if (S_ISDIR(info.st_mode)) {
+      if (auto s = mount_or_fail("tmpfs", root + path, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV, "size=4k"); !s)
+        return std::unexpected(s.error());
+    } else if (auto s = mount_or_fail("/dev/null", root + path, nullptr, MS_BIND); !s) {
+      return std::unexpected(s.error());
+    }
+  }
+
+  // Private scratch space: /tmp (HOME below it), /var/tmp and /dev/shm are the same tmpfs.
+  uid_t owner = zygote_is_root_ ? config_.uid : 0;
+  gid_t group = zygote_is_root_ ? config_.gid : 0;
+  std::string scratch_options = "mode=0700,uid=" + std::to_string(owner) + ",gid=" + std::to_string(group) +
+                                ",size=" + std::to_string(config_.scratch_bytes);
+  if (auto s = make_directories(root + kScratch); !s) return std::unexpected(s.error());
+  if (auto s = mount_or_fail("tmpfs", root + kScratch, "tmpfs", MS_NOSUID | MS_NODEV, scratch_options.c_str()); !s)
+    return std::unexpected(s.error());
+  for (const std::string& directory : {root + kHome, root + kScratch + "/.shm"}) {
+    if (auto s = make_directories(directory); !s) return std::unexpected(s.error());
+    if (::chown(directory.c_str(), owner, group) != 0) return system_error("chown " + directory);
+  }
+  if (auto s = make_directories(root + "/var"); !s) return std::unexpected(s.error());
+  if (::symlink(kScratch, (root + "/var/tmp").c_str()) != 0) return system_error("linking /var/tmp");
+
+  // /dev: a few harmless nodes, and the worker's GPU.
+  if (auto s = make_directories(root + "/dev"); !s) return std::unexpected(s.error());
+  if (auto s = mount_or_fail("tmpfs", root + "/dev", "tmpfs", MS_NOSUID | MS_NOEXEC, "mode=0755,size=64k"); !s)
+    return std::unexpected(s.error());
+  std::vector<std::string> devices(std::begin(kDevices), std::end(kDevices));
+  if (config_.gpu) {
+    auto gpu = gpu_devices(visible_devices);
+    devices.insert(devices.end(), gpu.begin(), gpu.end());
+  }
+  for (const std::string& device : devices) {
+    std::string host = "/dev/" + device;
+    if (::access(host.c_str(), F_OK) != 0) continue;
+    if (auto s = make_mountpoint(root + host, false); !s) return std::unexpected(s.error());
+    if (auto s = mount_or_fail(host.c_str(), root + host, nullptr, MS_BIND); !s) return std::unexpected(s.error());
+  }
+  for (const auto& [link, target] : std::vector<std::pair<std::string, std::string>>{
+           {"fd", "/proc/self/fd"}, {"stdin", "/proc/self/fd/0"}, {"stdout", "/proc/self/fd/1"},
+           {"stderr", "/proc/self/fd/2"}})
+    if (::symlink(target.c_str(), (root + "/dev/" + link).c_str()) != 0) return system_error("linking /dev/" + link);
+  if (auto s = make_directories(root + "/dev/shm"); !s) return std::unexpected(s.error());
+  if (auto s = mount_or_fail((root + kScratch + "/.shm").c_str(), root + "/dev/shm", nullptr, MS_BIND); !s)
+    return std::unexpected(s.error());
+
+  // /proc of its own PID namespace: no other process in it.
+  if (auto s = make_directories(root + "/proc"); !s) return std::unexpected(s.error());
+  if (auto s = mount_or_fail("proc", root + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC); !s)
+    return std::unexpected(s.error());
+
+  // Who the program is, for tools that look the user up.
+  std::string identity = root + "/run/kcoral";
+  if (auto s = make_directories(identity); !s) return std::unexpected(s.error());
+  if (auto s = write_identity(identity); !s) return std::unexpected(s.error());
+  for (const char* file : {"passwd", "group"})
+    if (auto s = mount_or_fail((identity + "/" + file).c_str(), root + "/etc/" + file, nullptr, MS_BIND); !s)
+      return std::unexpected(s.error());
+
+  // Into the new root; the old one goes.
+  if (::chdir(root.c_str()) != 0) return system_error("chdir to the new root");
+  if (::mkdir(".old-root", 0700) != 0) return system_error("mkdir .old-root");
+  if (::syscall(SYS_pivot_root, ".", ".old-root") != 0) return system_error("pivot_root");
+  if (::chdir("/") != 0) return system_error("chdir /");
+  if (::umount2("/.old-root", MNT_DETACH) != 0) return system_error("unmounting the old root");
+  if (::rmdir("/.old-root") != 0) return system_error("rmdir /.old-root");
+  if (::mount(nullptr, "/", nullptr, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, nullptr) != 0)
+    return system_error("making the new root read-only");
+
+  if (auto s = loopback_up(); !s) return std::unexpected(s.error());
+  if (::sethostname("kcoral", 6) != 0) return system_error("sethostname");
+
+  // Only what the worker needs stays open; the standard streams read and write nothing.
+  UniqueFd null(::open("/dev/null", O_RDWR | O_CLOEXEC));
+  if (!null) return system_error("opening /dev/null");
+  for (int fd = 0; fd < 3; ++fd)
+    if (::dup2(null.get(), fd) < 0) return system_error("redirecting a standard stream");
+  keep.push_back(null.get());
+  std::sort(keep.begin(), keep.end());
+  unsigned first = 3;
+  for (int fd : keep) {
+    if (fd < 3) continue;
+    if (static_cast<unsigned>(fd) > first) ::syscall(SYS_close_range, first, static_cast<unsigned>(fd) - 1, 0);
+    first = static_cast<unsigned>(fd) + 1;
+  }
+  ::syscall(SYS_close_range, first, ~0u, 0);
+  null.reset();
+
+  // The user: no supplementary groups, then a namespace whose one user the zygote maps to
+  // an unprivileged one outside; no capabilities.
+  if (::setgroups(0, nullptr) != 0) return system_error("dropping supplementary groups");
+  if (::unshare(CLONE_NEWUSER) != 0) return system_error("cannot make the sandbox's user namespace");
+  char byte = 'u';
+  if (::write(admit.get(), &byte, 1) != 1 || ::read(admit.get(), &byte, 1) != 1 || byte != 'k')
+    return fail(ErrorKind::engine, "the zygote did not map the sandbox's user");
+  admit.reset();
+  if (::setresgid(kInsideGid, kInsideGid, kInsideGid) != 0) return system_error("setresgid");
+  if (::setresuid(kInsideUid, kInsideUid, kInsideUid) != 0) return system_error("setresuid");
+  if (auto s = drop_capabilities(); !s) return std::unexpected(s.error());
+
+  // Limits. CUDA reserves address space far beyond memory, so a GPU worker's memory is
+  // bounded by its data segment instead.
+  if (auto s = set_limit(config_.gpu ? RLIMIT_DATA : RLIMIT_AS, config_.memory_bytes, "memory"); !s)
+    return std::unexpected(s.error());
+  if (auto s = set_limit(RLIMIT_FSIZE, config_.file_size_bytes, "file size"); !s) return std::unexpected(s.error());
+  if (auto s = set_limit(RLIMIT_NPROC, config_.processes, "processes"); !s) return std::unexpected(s.error());
+  if (auto s = set_limit(RLIMIT_NOFILE, config_.open_files, "open files"); !s) return std::unexpected(s.error());
+  if (auto s = set_limit(RLIMIT_CORE, 0, "core dumps"); !s) return std::unexpected(s.error());
+
+  if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return system_error("no_new_privs");
+  if (auto s = install_seccomp_filter(); !s) return std::unexpected(s.error());
+  if (::chdir(kScratch) != 0) return system_error("chdir to the scratch space");
+
+  // This process stays the namespace's init; the worker goes on in a child of it, an
+  // ordinary process (signals it sends itself are not ignored, as an init's would be).
+  pid_t worker = ::fork();
+  if (worker < 0) return system_error("fork");
+  if (worker > 0) serve_as_init(worker);
+  return std::string(kScratch);
+}
+
+}  // namespace kcoral

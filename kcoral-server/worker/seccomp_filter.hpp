@@ -1,0 +1,21 @@
+// The seccomp filter of a sandboxed worker: what a benchmark never needs is refused.
+//
+// Everything else is allowed: programs compile (nvcc, Triton, TVM run compilers), start
+// processes and threads, map memory and talk to the GPU driver. Refused, with EPERM:
+// debugging and reading other processes (ptrace, process_vm_readv/writev,
+// pidfd_getfd, kcmp), the kernel's own business (modules, kexec, reboot, swap, clock and
+// time, quotas, accounting, syslog, keyrings, BPF, perf events, userfaultfd, io_uring,
+// handles to files by number), file systems and namespaces (mount and its new API,
+// pivot_root, chroot, unshare and setns, and clone with a namespace flag; clone3 answers
+// ENOSYS so that libc falls back to clone, whose flags can be checked). Installed after
+// no_new_privs, it applies to the installing thread and every thread and process it
+// starts.
+#pragma once
+
+#include "kcoral/error.hpp"
+
+namespace kcoral {
+
+[[nodiscard]] Status install_seccomp_filter();
+
+}  // namespace kcoral
