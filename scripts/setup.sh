@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(build-essential cmake ninja-build ccache pkg-config libboost-dev libsimdjson-dev
-          nlohmann-json3-dev libcli11-dev doctest-dev libssl-dev python3-dev python3-venv curl)
+          nlohmann-json3-dev libcli11-dev doctest-dev libssl-dev libseccomp-dev python3-dev python3-venv curl)
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "ok installed" || missing+=("$package")
