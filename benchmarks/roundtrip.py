@@ -16,7 +16,13 @@ the servers'. Prints a table with the ratios and the goal check (our median roun
 most 1/10 of the reference's, our throughput at least 10x), and with ``--json PATH``
 writes every figure, the machine and both servers' configurations there.
 
-    .venv/bin/python benchmarks/roundtrip.py --json benchmarks/results/roundtrip.json
+``--variant LABEL=COMMAND`` (repeatable) measures more of our servers the same way, in
+the same run: another build (an earlier commit's, for a before/after) or other flags
+(``--sandbox none``); a second table compares each with ours. With a fresh worker per
+program, the throughput is also the rate at which the server prepares fresh workers.
+
+    .venv/bin/python benchmarks/roundtrip.py --json benchmarks/results/roundtrip.json \
+        --variant "unsandboxed=.venv/bin/kcoral-server --sandbox none"
 
 The reference venv is ``$KCORAL_REFERENCE_VENV`` (default ``.cache/reference-venv``; make it
 with ``scripts/reference-env.sh``).
@@ -31,6 +37,7 @@ import datetime
 import json
 import os
 import platform
+import shlex
 import shutil
 import signal
 import socket
@@ -110,9 +117,9 @@ def _wait_healthy(server: Server) -> None:
                      f"{server.log_tail()}")
 
 
-def start_ours(binary: str, workers: int, directory: Path) -> Server:
-    server = _launch("ours", [binary, "--device", "cpu", "--port", "0",
-                              "--num-workers", str(workers)], directory)
+def start_ours(name: str, command: list[str], workers: int, directory: Path) -> Server:
+    server = _launch(name, [*command, "--device", "cpu", "--port", "0",
+                            "--num-workers", str(workers)], directory)
     _wait_healthy(server)
     return server
 
@@ -286,6 +293,18 @@ def report(results: dict[str, Any]) -> str:
     for label, mine, theirs, ratio, goal, met in rows:
         verdict = "" if met is None else ("yes" if met else "NO")
         lines.append(f"{label:26}{mine:12.2f}{theirs:12.2f}{ratio:11.4g}{goal:>8}  {verdict}")
+    variants = [name for name in results["servers"] if name not in ("ours", "reference")]
+    if variants:
+        lines.append("")
+        lines.append(f"{'':26}{'median ms':>11}{'p90 ms':>9}{'programs/s':>12}"
+                     f"{'median - ours':>15}{'/ ours':>8}")
+        for name in ["ours", *variants]:
+            server = results["servers"][name]
+            median = server["round_trip"]["median_ms"]
+            rate = server["throughput"]["completed_per_s"]
+            lines.append(f"{name[:26]:26}{median:11.2f}{server['round_trip']['p90_ms']:9.2f}{rate:12.1f}"
+                         f"{median - ours['round_trip']['median_ms']:+15.2f}"
+                         f"{_ratio(rate, ours['throughput']['completed_per_s']):8.3f}")
     for name, server in results["servers"].items():
         failed = {k: v for part in ("round_trip", "throughput")
                   for k, v in server[part]["outcomes"].items() if k != "completed"}
@@ -324,8 +343,20 @@ def main() -> None:
                                                     ".cache/reference-venv")),
                         help="venv with kcoral[server]==0.1.1 (default $KCORAL_REFERENCE_VENV "
                              "or .cache/reference-venv; see scripts/reference-env.sh)")
+    parser.add_argument("--variant", action="append", default=[], metavar="LABEL=COMMAND",
+                        help="another of our servers to measure: a label and its command line "
+                             "(binary and flags); repeatable")
     parser.add_argument("--json", type=Path, help="also write the results here as JSON")
     args = parser.parse_args()
+    variants = []
+    for variant in args.variant:
+        label, _, command = variant.partition("=")
+        if not label or not command:
+            parser.error(f"--variant {variant!r}: expected LABEL=COMMAND")
+        words = shlex.split(command)
+        if Path(words[0]).exists():  # the server starts in a directory of its own
+            words[0] = str(Path(words[0]).resolve())
+        variants.append((label, words))
 
     binary = args.server or shutil.which("kcoral-server", path=str(Path(sys.executable).parent))
     if not binary:
@@ -349,11 +380,12 @@ def main() -> None:
         "servers": {},
     }
     with tempfile.TemporaryDirectory(prefix="kcoral-roundtrip-") as scratch:
-        # One server at a time, so neither competes with the other for the CPUs.
-        for name in ("ours", "reference"):
-            directory = Path(scratch) / name
-            if name == "ours":
-                server = start_ours(binary, args.workers, directory)
+        # One server at a time, so that none competes with another for the CPUs.
+        commands = dict([("ours", [binary]), *variants])
+        for index, name in enumerate([*commands, "reference"]):
+            directory = Path(scratch) / str(index)
+            if name in commands:
+                server = start_ours(name, commands[name], args.workers, directory)
                 config: dict[str, Any] = {"num_workers": args.workers, "device": "cpu"}
                 requests, warmup = args.requests, args.warmup
             else:

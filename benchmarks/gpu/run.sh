@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The whole GPU check, in one call on the GPU machine (shared/device/GPU-MACHINE.md):
-# unpack what was brought along, build, start a GPU server (fresh workers), a second one
-# (reused workers) and a CPU server, run the user guide's examples and the GPU tests,
+# The whole GPU check on the GPU machine (shared/device/GPU-MACHINE.md): unpack what was
+# brought along, build, start a GPU server (fresh, sandboxed workers: the defaults), one
+# with --sandbox none (for the sandbox's cost), one with reused workers and a CPU server,
+# run the user guide's examples and the GPU tests (the sandbox's attacks among them),
 # measure (benchmark() fidelity against raw CUPTI, throughput, lease handoff), and print
 # the table; the table and logs go to $OUT.
 #
@@ -11,10 +12,10 @@
 #   benchmarks/gpu/run.sh measure    the GPU tests and the measurements, not the examples
 #   benchmarks/gpu/run.sh            everything (with what earlier calls stashed)
 #
-# Brought along (ignored folders): .gpu-carry/debs/*.deb (simdjson, CLI11, nlohmann-json),
-# .gpu-carry/wheels/*.whl (small wheels), .gpu-carry/extra/*.whl (more small wheels, on the
-# call with the least else to carry), .gpu-carry/part.* (pieces of big.tar: the TVM
-# wheel's contents as tvm.tar.xz and the CuTeDSL libraries wheel), spread over calls.
+# Brought along (made by benchmarks/gpu/carry.sh, which says which call carries what):
+# .gpu-carry/debs/*.deb (simdjson, CLI11, nlohmann-json, libseccomp), .gpu-carry/wheels/*.whl
+# (TVM FFI, CuTeDSL, ml_dtypes), .gpu-carry/part.* (pieces of big.tar: the TVM wheel's
+# contents as tvm.tar.xz), spread over two calls.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 root=$PWD
@@ -77,11 +78,11 @@ start() {  # name, flags...: starts a server, prints its URL
 }
 rm -f /tmp/kcoral-servers
 gpu=$(start gpu --device gpu --gpus 0 --workers-per-gpu 2)
+unsandboxed=$(start unsandboxed --device gpu --gpus 0 --workers-per-gpu 2 --sandbox none)
 reused=$(start reused --device gpu --gpus 0 --workers-per-gpu 2 --programs-per-worker 64)
-one_queue=$(start one-queue --device gpu --gpus 0 --workers-per-gpu 2 --cuda-connections 1)
-one_queue_4=$(start one-queue-4 --device gpu --gpus 0 --workers-per-gpu 2 --cuda-connections 1 --context-inits-at-once 4)
 cpu=$(start cpu --device cpu --num-workers 4)
-log "servers: gpu=$gpu reused=$reused cpu=$cpu"
+log "servers: gpu=$gpu unsandboxed=$unsandboxed reused=$reused cpu=$cpu"
+grep -h "sandbox" "$out/server-gpu.log" | head -3
 [[ -n $gpu && -n $cpu ]] || { tail -20 "$out"/server-*.log; exit 1; }
 
 summary=$result/gpu-check.md  # straight into $OUT: it comes back even if the call is cut short
@@ -121,9 +122,7 @@ if [[ ${1:-} != examples ]]; then
 log "measurements"
 echo >>"$summary"
 timeout 900 "$python" benchmarks/gpu/gpu_checks.py --fresh "$gpu" --reused "$reused" \
-  --fresh-variant "cuda-connections 1=$one_queue" \
-  --fresh-variant "cuda-connections 1, context-inits-at-once 4=$one_queue_4" \
-  --churn "cuda-connections 1, context-inits-at-once 4=$one_queue_4" \
+  --fresh-variant "sandbox none=$unsandboxed" \
   --raw-cupti build/gpu/raw_cupti --json "$result/gpu-figures.json" 2>&1 | tee -a "$summary"
 fi
 xargs kill -TERM </tmp/kcoral-servers 2>/dev/null

@@ -105,9 +105,12 @@ int main(int argc, char** argv) {
                    "Private writable space of one program (memory-backed): its working directory, /tmp, "
                    "/var/tmp, /dev/shm and HOME together; gone when the program ends")
       ->capture_default_str();
-  sandbox->add_option("--sandbox-uid", config.sandbox_uid, "User id programs run as, outside (server run as root)")
+  // Never root: what only root may read stays unreadable to programs.
+  sandbox->add_option("--sandbox-uid", config.sandbox_uid, "User id programs run as, outside (server run as root; not 0)")
+      ->check(CLI::Range(1u, 4294967294u))
       ->capture_default_str();
-  sandbox->add_option("--sandbox-gid", config.sandbox_gid, "Group id programs run as, outside (server run as root)")
+  sandbox->add_option("--sandbox-gid", config.sandbox_gid, "Group id programs run as, outside (server run as root; not 0)")
+      ->check(CLI::Range(1u, 4294967294u))
       ->capture_default_str();
   sandbox->add_option("--readable-path", config.readable_paths,
                       "A path programs may read besides the system (/usr, /etc, /opt, /sys) and the Python "

@@ -166,6 +166,12 @@ int run_server(ServerConfig config) {
   }
   listener->run();
   std::fprintf(stderr, "kcoral-server: %s\n", sandbox_summary(config).c_str());
+  if (config.programs_per_worker > 1)
+    std::fprintf(stderr,
+                 "kcoral-server: --programs-per-worker %zu: programs share a worker and its sandbox, so one "
+                 "program's files, processes and state can reach the next; only for clients that trust "
+                 "each other\n",
+                 config.programs_per_worker);
   std::printf("kcoral-server listening on http://%s:%u (%s, %zu workers, sandbox %s)\n", config.host.c_str(),
               static_cast<unsigned>(*port), config.device.c_str(), pool.load().capacity, config.sandbox.c_str());
   std::fflush(stdout);

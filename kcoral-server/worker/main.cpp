@@ -29,14 +29,19 @@ void raise_descriptor_limit() {
   }
 }
 
+// `name` in this binary's directory.
+std::string beside_this_binary(const std::string& name) {
+  char path[4096];
+  ssize_t n = ::readlink("/proc/self/exe", path, sizeof path - 1);
+  if (n <= 0) return name;
+  std::string exe(path, static_cast<std::size_t>(n));
+  return exe.substr(0, exe.rfind('/') + 1) + name;
+}
+
 // The Python of the environment this binary was installed into (bin/kcoral-worker next
 // to bin/python3), so a pip-installed server embeds its own virtual environment.
 std::string python_beside_this_binary() {
-  char path[4096];
-  ssize_t n = ::readlink("/proc/self/exe", path, sizeof path - 1);
-  if (n <= 0) return {};
-  std::string exe(path, static_cast<std::size_t>(n));
-  std::string candidate = exe.substr(0, exe.rfind('/')) + "/python3";
+  std::string candidate = beside_this_binary("python3");
   return ::access(candidate.c_str(), X_OK) == 0 ? candidate : std::string();
 }
 
@@ -84,6 +89,7 @@ int main(int argc, char** argv) {
   sandbox_config.enabled = sandbox == "namespaces";
   sandbox_config.gpu = gpu;
   sandbox_config.root_mountpoint = options.work_root + "/sandbox-root";
+  sandbox_config.init_path = beside_this_binary("kcoral-init");
   kcoral::Sandbox sandboxes(sandbox_config);
   if (auto prepared = sandboxes.prepare_zygote(); !prepared) return failed(prepared.error().message);
 

@@ -105,8 +105,13 @@ int kill_descendants(const std::vector<pid_t>& keep) {
       ::kill(pid, SIGKILL);
       ++killed;
     }
-    // Reap them; their own children now belong to us and are found next round.
-    for (pid_t pid : children) ::waitpid(pid, nullptr, 0);
+    // Reap them, in whatever order they end: a PID namespace's init, for one, ends only
+    // once the other processes of its namespace are reaped. Their own children now
+    // belong to us and are found next round.
+    while (!children.empty()) {
+      std::erase_if(children, [](pid_t pid) { return ::waitpid(pid, nullptr, WNOHANG) != 0; });
+      if (!children.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
   }
   return killed;
 }

@@ -7,9 +7,9 @@
 #include <linux/capability.h>
 #include <net/if.h>
 #include <poll.h>
-#include <pwd.h>
 #include <sched.h>
 #include <signal.h>
+#include <spawn.h>
 #include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
@@ -25,7 +25,6 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 
 #include "seccomp_filter.hpp"
 
@@ -41,9 +40,6 @@ constexpr const char* kHome = "/tmp/home";
 // The system a program may read. Top-level symbolic links (merged /usr) are copied.
 constexpr const char* kSystemPaths[] = {"/usr", "/etc", "/opt", "/sys", "/bin", "/sbin",
                                         "/lib", "/lib32", "/lib64", "/libx32"};
-// Secrets under /etc that a program never needs; each is hidden when it exists.
-constexpr const char* kMasked[] = {"/etc/shadow",  "/etc/shadow-",  "/etc/gshadow", "/etc/gshadow-",
-                                   "/etc/sudoers", "/etc/sudoers.d", "/etc/ssh",     "/etc/ssl/private"};
 constexpr const char* kDevices[] = {"null", "zero", "full", "random", "urandom"};
 constexpr auto kAdmitTimeout = std::chrono::seconds(10);
 
@@ -144,41 +140,6 @@ Status loopback_up() {
   return {};
 }
 
-// /etc/passwd and /etc/group as the host has them, with the program's user added, so
-// that tools that look the user up (getpass.getuser) find it.
-Status write_identity(const std::string& directory) {
-  auto copy_with = [](const char* host, const std::string& to, const std::string& line) -> Status {
-    std::ifstream in(host);
-    std::ostringstream text;
-    text << in.rdbuf() << line << "\n";
-    std::ofstream out(to);
-    out << text.str();
-    if (!out) return fail(ErrorKind::engine, "writing " + to);
-    return {};
-  };
-  std::string uid = std::to_string(kInsideUid), gid = std::to_string(kInsideGid);
-  if (auto status = copy_with("/etc/passwd", directory + "/passwd",
-                              "kcoral:x:" + uid + ":" + gid + ":KCoral program:" + kHome + ":/bin/sh");
-      !status)
-    return status;
-  return copy_with("/etc/group", directory + "/group", "kcoral:x:" + gid + ":");
-}
-
-// The init of a worker's PID namespace: reaps whatever ends below it (orphans come here)
-// until the worker itself ends, then ends the same way, as an exit code: the worker's,
-// or 128 + the signal that killed it. Its end takes the namespace's other processes.
-[[noreturn]] void serve_as_init(pid_t worker) {
-  ::syscall(SYS_close_range, 0u, ~0u, 0);
-  while (true) {
-    int status = 0;
-    pid_t pid = ::waitpid(-1, &status, 0);
-    if (pid < 0 && errno == EINTR) continue;
-    if (pid < 0) ::_exit(255);
-    if (pid != worker) continue;
-    ::_exit(WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status));
-  }
-}
-
 }  // namespace
 
 Status Sandbox::prepare_zygote() {
@@ -198,6 +159,14 @@ Status Sandbox::prepare_zygote() {
   }
   own_pid_namespace_ = UniqueFd(::open("/proc/self/ns/pid", O_RDONLY | O_CLOEXEC));
   if (!own_pid_namespace_) return system_error("opening /proc/self/ns/pid");
+  int lifeline[2];
+  if (::pipe2(lifeline, O_CLOEXEC) != 0) return system_error("pipe");
+  lifeline_read_ = UniqueFd(lifeline[0]);
+  lifeline_write_ = UniqueFd(lifeline[1]);
+  if (::access(config_.init_path.c_str(), X_OK) != 0) return system_error("cannot run " + config_.init_path);
+  auto filter = SeccompFilter::compile();
+  if (!filter) return std::unexpected(filter.error());
+  filter_ = std::move(*filter);
   if (auto s = make_directories(config_.root_mountpoint); !s) return s;
   return {};
 }
@@ -223,12 +192,41 @@ Result<pid_t> Sandbox::fork() {
   admit_parent_ = UniqueFd(pair[0]);
   admit_child_ = UniqueFd(pair[1]);
   if (::unshare(CLONE_NEWPID) != 0) return system_error("cannot make a PID namespace");
+  // The namespace's first process is its init; the worker comes second.
+  auto back = [&]() -> Status {  // the next fork starts from the zygote's own namespace again
+    if (::setns(own_pid_namespace_.get(), CLONE_NEWPID) != 0) return system_error("setns back to the zygote's");
+    return {};
+  };
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, lifeline_read_.get(), 3);
+  posix_spawn_file_actions_addclosefrom_np(&actions, 4);
+  posix_spawnattr_t attributes;
+  posix_spawnattr_init(&attributes);
+  sigset_t all, none;
+  sigfillset(&all);
+  sigemptyset(&none);
+  posix_spawnattr_setsigdefault(&attributes, &all);
+  posix_spawnattr_setsigmask(&attributes, &none);
+  posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
+  pid_t init = -1;
+  char* argv[] = {const_cast<char*>("kcoral-init"), nullptr};
+  char* envp[] = {nullptr};
+  int rc = ::posix_spawn(&init, config_.init_path.c_str(), &actions, &attributes, argv, envp);
+  posix_spawnattr_destroy(&attributes);
+  posix_spawn_file_actions_destroy(&actions);
+  if (rc != 0) {
+    (void)back();
+    errno = rc;
+    return system_error("starting " + config_.init_path);
+  }
   pid_t pid = ::fork();
   int saved = errno;
   if (pid != 0) {
-    // The next fork starts from the zygote's own namespace again.
-    if (::setns(own_pid_namespace_.get(), CLONE_NEWPID) != 0) return system_error("setns back to the zygote's");
+    if (auto status = back(); !status) return std::unexpected(status.error());
     admit_child_.reset();
+    if (pid > 0) inits_[pid] = init;
+    else ::kill(init, SIGKILL);
   } else {
     admit_parent_.reset();
   }
@@ -255,6 +253,19 @@ void Sandbox::admit(pid_t child) {
   (void)::write(socket.get(), &byte, 1);
 }
 
+void Sandbox::release(pid_t child) {
+  auto it = inits_.find(child);
+  if (it == inits_.end()) return;
+  ::kill(it->second, SIGKILL);  // the zygote reaps it like any child
+  inits_.erase(it);
+}
+
+std::vector<pid_t> Sandbox::inits() const {
+  std::vector<pid_t> pids;
+  for (const auto& [worker, init] : inits_) pids.push_back(init);
+  return pids;
+}
+
 Result<std::string> Sandbox::enter(std::vector<int> keep, const std::string& visible_devices) {
   if (!config_.enabled) return std::string();
   UniqueFd admit = std::move(admit_child_);
@@ -272,6 +283,15 @@ Result<std::string> Sandbox::enter(std::vector<int> keep, const std::string& vis
   for (const char* path : kSystemPaths) {
     struct stat info {};
     if (::lstat(path, &info) != 0) continue;
+    if (std::string_view(path) == "/sys") {  // sysfs itself; the file systems mounted on it stay out
+      if (auto s = make_mountpoint(root + path, true); !s) return std::unexpected(s.error());
+      if (auto s = mount_or_fail(path, root + path, nullptr, MS_BIND); !s) return std::unexpected(s.error());
+      if (auto s = mount_or_fail(nullptr, root + path, nullptr, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID |
+                                 MS_NODEV | MS_NOEXEC);
+          !s)
+        return std::unexpected(s.error());
+      continue;
+    }
     if (S_ISLNK(info.st_mode)) {
       char target[4096];
       ssize_t n = ::readlink(path, target, sizeof target - 1);
@@ -297,17 +317,6 @@ Result<std::string> Sandbox::enter(std::vector<int> keep, const std::string& vis
     if (auto s = bind_read_only(path, root + path); !s) return std::unexpected(s.error());
     last = path;
   }
-  for (const char* path : kMasked) {
-    struct stat info {};
-    if (::stat(path, &info) != 0) continue;
-    if (S_ISDIR(info.st_mode)) {
-      if (auto s = mount_or_fail("tmpfs", root + path, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV, "size=4k"); !s)
-        return std::unexpected(s.error());
-    } else if (auto s = mount_or_fail("/dev/null", root + path, nullptr, MS_BIND); !s) {
-      return std::unexpected(s.error());
-    }
-  }
-
   // Private scratch space: /tmp (HOME below it), /var/tmp and /dev/shm are the same tmpfs.
   uid_t owner = zygote_is_root_ ? config_.uid : 0;
   gid_t group = zygote_is_root_ ? config_.gid : 0;
@@ -350,14 +359,6 @@ Result<std::string> Sandbox::enter(std::vector<int> keep, const std::string& vis
   if (auto s = make_directories(root + "/proc"); !s) return std::unexpected(s.error());
   if (auto s = mount_or_fail("proc", root + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC); !s)
     return std::unexpected(s.error());
-
-  // Who the program is, for tools that look the user up.
-  std::string identity = root + "/run/kcoral";
-  if (auto s = make_directories(identity); !s) return std::unexpected(s.error());
-  if (auto s = write_identity(identity); !s) return std::unexpected(s.error());
-  for (const char* file : {"passwd", "group"})
-    if (auto s = mount_or_fail((identity + "/" + file).c_str(), root + "/etc/" + file, nullptr, MS_BIND); !s)
-      return std::unexpected(s.error());
 
   // Into the new root; the old one goes.
   if (::chdir(root.c_str()) != 0) return system_error("chdir to the new root");
@@ -410,14 +411,9 @@ Result<std::string> Sandbox::enter(std::vector<int> keep, const std::string& vis
   if (auto s = set_limit(RLIMIT_CORE, 0, "core dumps"); !s) return std::unexpected(s.error());
 
   if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return system_error("no_new_privs");
-  if (auto s = install_seccomp_filter(); !s) return std::unexpected(s.error());
+  if (auto s = filter_->load(); !s) return std::unexpected(s.error());
   if (::chdir(kScratch) != 0) return system_error("chdir to the scratch space");
 
-  // This process stays the namespace's init; the worker goes on in a child of it, an
-  // ordinary process (signals it sends itself are not ignored, as an init's would be).
-  pid_t worker = ::fork();
-  if (worker < 0) return system_error("fork");
-  if (worker > 0) serve_as_init(worker);
   return std::string(kScratch);
 }
 

@@ -7,15 +7,30 @@
 // time, quotas, accounting, syslog, keyrings, BPF, perf events, userfaultfd, io_uring,
 // handles to files by number), file systems and namespaces (mount and its new API,
 // pivot_root, chroot, unshare and setns, and clone with a namespace flag; clone3 answers
-// ENOSYS so that libc falls back to clone, whose flags can be checked). Installed after
-// no_new_privs, it applies to the installing thread and every thread and process it
-// starts.
+// ENOSYS so that libc falls back to clone, whose flags can be checked). Compiled once,
+// by the zygote (libseccomp takes most of a millisecond), and loaded by each worker after
+// no_new_privs: it then applies to the worker and every thread and process it starts.
+//
+//   auto filter = SeccompFilter::compile();   // zygote
+//   filter->load();                           // worker
 #pragma once
+
+#include <linux/filter.h>
+
+#include <vector>
 
 #include "kcoral/error.hpp"
 
 namespace kcoral {
 
-[[nodiscard]] Status install_seccomp_filter();
+class SeccompFilter {
+ public:
+  [[nodiscard]] static Result<SeccompFilter> compile();
+  // Installs the filter on the calling thread (and what it starts); needs no_new_privs.
+  [[nodiscard]] Status load() const;
+
+ private:
+  std::vector<sock_filter> program_;  // BPF, as libseccomp made it
+};
 
 }  // namespace kcoral

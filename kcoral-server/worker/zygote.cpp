@@ -99,6 +99,7 @@ Status Zygote::trial() {
   char buffer[4096];
   for (ssize_t n; (n = ::read(read_end.get(), buffer, sizeof buffer)) > 0;) report.append(buffer, n);
   ::waitpid(*pid, nullptr, 0);
+  sandbox_.release(*pid);
   if (report != "ok")
     return fail(ErrorKind::engine, "the sandbox cannot be set up here: " +
                                        (report.empty() ? std::string("the trial worker died") : report));
@@ -185,21 +186,23 @@ void Zygote::reap() {
   int status = 0;
   pid_t pid;
   while ((pid = ::waitpid(-1, &status, WNOHANG)) > 0) {
-    if (workers_.erase(pid) == 0) continue;  // an orphan we adopted
+    if (workers_.erase(pid) == 0) continue;  // an orphan we adopted, or a namespace's init
     any = true;
+    sandbox_.release(pid);
     remove_tree(worker_root(pid));
     wire::Exited exited{pid, std::nullopt, std::nullopt};
     if (WIFEXITED(status)) exited.exit_code = WEXITSTATUS(status);
     if (WIFSIGNALED(status)) exited.signal = WTERMSIG(status);
-    // A sandboxed worker's init ends as the worker did, a signal N as exit code 128 + N.
-    if (sandbox_.config().enabled && exited.exit_code > 128) {
-      exited.signal = *exited.exit_code - 128;
-      exited.exit_code.reset();
-    }
+
     (void)wire::send(control_, exited);
   }
-  // Whatever a dead worker left running was handed to us; nothing of it may live on.
-  if (any) kill_descendants(std::vector<pid_t>(workers_.begin(), workers_.end()));
+  // Whatever a dead worker left running was handed to us; nothing of it may live on. (The
+  // live workers' namespace inits are ours too, and stay.)
+  if (any) {
+    std::vector<pid_t> keep(workers_.begin(), workers_.end());
+    for (pid_t init : sandbox_.inits()) keep.push_back(init);
+    kill_descendants(keep);
+  }
 }
 
 void Zygote::report_error(const std::string& message) { (void)wire::send(control_, wire::ZygoteFailed{message}); }

@@ -154,8 +154,9 @@ def test_files_and_daemons_are_gone_when_the_program_ends(sandboxed):
 def test_killing_everything_in_sight_hurts_no_other_program(sandboxed):
     with victim_beside(sandboxed):
         report = attack(sandboxed, "signal_everyone").raise_for_error()["out"]
-    # Its parent chain ends at its own namespace's init, which ignores it.
-    assert report["parent_chain"] == [1]
+    # Its parent is outside its world (getppid() is 0), and the init of its namespace
+    # (pid 1, kcoral-init) shrugs the signal off.
+    assert report["parent_chain"] == [] and report["results"]["1"] in ("ok", "EPERM")
     assert sandboxed.process.poll() is None
     assert_serves(sandboxed)
 
