@@ -7,9 +7,9 @@
 # the table; the table and logs go to $OUT.
 #
 #   benchmarks/gpu/run.sh stash      keep the carried part of the large wheels for a later call
-#   benchmarks/gpu/run.sh build      that, then unpack, build and run the C++ units
+#   benchmarks/gpu/run.sh build      that, then unpack, build, run the C++ units and try the sandbox
 #   benchmarks/gpu/run.sh examples   the examples and the GPU tests, not the measurements
-#   benchmarks/gpu/run.sh measure    the GPU tests and the measurements, not the examples
+#   benchmarks/gpu/run.sh measure    the measurements only
 #   benchmarks/gpu/run.sh            everything (with what earlier calls stashed)
 #
 # Brought along (made by benchmarks/gpu/carry.sh, which says which call carries what):
@@ -34,7 +34,8 @@ log() { echo "== $*"; }
 log "unpacking"
 mkdir -p "$deps" "$site"
 for deb in .gpu-carry/debs/*.deb; do dpkg -x "$deb" "$deps"; done
-wheels=(.gpu-carry/wheels/*.whl)
+wheels=()
+compgen -G ".gpu-carry/wheels/*.whl" >/dev/null && wheels+=(.gpu-carry/wheels/*.whl)
 compgen -G ".gpu-carry/extra/*.whl" >/dev/null && wheels+=(.gpu-carry/extra/*.whl)
 if [[ ${1:-} != build ]] && compgen -G "$stash/part.*" >/dev/null; then
   cat "$stash"/part.* > /tmp/big.tar && tar -C /tmp -xf /tmp/big.tar && rm /tmp/big.tar
@@ -43,7 +44,7 @@ fi
 # One pip call for all: with --target, a second call skips (or, with --upgrade, replaces)
 # a top-level directory an earlier one made, and the CuTeDSL wheels share theirs.
 rm -rf "$site" && mkdir -p "$site"
-"$python" -m pip install -q --no-index --no-deps --no-compile --target "$site" "${wheels[@]}"
+((${#wheels[@]})) && "$python" -m pip install -q --no-index --no-deps --no-compile --target "$site" "${wheels[@]}"
 [[ -f /tmp/big/tvm.tar.xz ]] && tar -C "$site" -xJf /tmp/big/tvm.tar.xz
 # $site is a site directory: its .pth files (CuTeDSL puts its packages on sys.path with
 # one) run only when site.addsitedir reads them, here through a sitecustomize.
@@ -63,7 +64,16 @@ nvcc -O3 -std=c++17 -arch=sm_90a benchmarks/gpu/raw_cupti.cu -o build/gpu/raw_cu
   -Xlinker -rpath -Xlinker /usr/local/cuda-13.0/targets/x86_64-linux/lib || exit 1
 log "C++ units"
 KCORAL_PYTHON=$python ctest --test-dir build/gpu --output-on-failure 2>&1 | tail -30
-[[ ${1:-} == build ]] && exit 0
+if [[ ${1:-} == build ]]; then
+  log "can this machine make the sandbox? (a CPU server's start says)"
+  build/gpu/kcoral-server/kcoral-server --port 0 --python $python --work-root /tmp/kcoral-work-probe \
+    --device cpu --num-workers 1 >"$out/server-probe.log" 2>&1 &
+  probe=$!
+  for _ in $(seq 1 300); do grep -qE "listening on|did not start" "$out/server-probe.log" && break; sleep 0.1; done
+  kill -TERM $probe 2>/dev/null; wait $probe 2>/dev/null
+  cat "$out/server-probe.log"
+  exit 0
+fi
 
 server=build/gpu/kcoral-server/kcoral-server
 start() {  # name, flags...: starts a server, prints its URL
@@ -113,10 +123,12 @@ example library_upload_client examples/library_upload_client.py KCORAL_URL=$gpu
 example remote_compilation_client examples/remote_compilation_client.py KCORAL_URL=$gpu KCORAL_CPU_URL=$cpu
 fi
 
+if [[ ${1:-} != measure ]]; then
 log "GPU tests"
 KCORAL_GPU_URL=$gpu timeout 900 "$python" -m pytest -q -p no:cacheprovider test/python/gpu 2>&1 | tee "$out/gpu-tests.log" | tail -15
 echo >>"$summary"
 echo "GPU tests: $(tail -n 1 "$out/gpu-tests.log")" >>"$summary"
+fi
 
 if [[ ${1:-} != examples ]]; then
 log "measurements"
