@@ -68,8 +68,7 @@ Courier::~Courier() {
     std::lock_guard lock(mutex_);
     stopping_ = true;
   }
-  std::uint64_t one = 1;
-  (void)::write(wake_.get(), &one, sizeof one);
+  wake();
   if (thread_.joinable()) thread_.join();
 }
 
@@ -171,10 +170,16 @@ Status Courier::send(const wire::Message& message, std::vector<int> fds) {
   std::unique_lock lock(mutex_);
   if (stopping_) return fail(ErrorKind::engine, "the courier has stopped");
   outgoing_.push_back(&outgoing);
-  std::uint64_t one = 1;
-  (void)::write(wake_.get(), &one, sizeof one);
+  wake();
   changed_.wait(lock, [&] { return outgoing.status.has_value(); });
   return *outgoing.status;
+}
+
+void Courier::wake() {
+  std::uint64_t one = 1;
+  if (::write(wake_.get(), &one, sizeof one) < 0) {
+    // The counter is full: the courier has wake-ups pending already.
+  }
 }
 
 Result<wire::Received> Courier::receive() {
@@ -196,8 +201,7 @@ Result<wire::Received> Courier::receive() {
   lock.lock();
   to_close_.insert(to_close_.end(), incoming.fds.begin(), incoming.fds.end());
   lock.unlock();
-  std::uint64_t one = 1;
-  (void)::write(wake_.get(), &one, sizeof one);
+  wake();
   if (!reopened_all) return std::unexpected(reopened_all.error());
   return received;
 }

@@ -61,6 +61,7 @@ class Courier {
 
   Courier() = default;
   void loop(UniqueFd channel);
+  void wake();
   void send_waiting(const Channel& channel);
   bool receive_waiting(const Channel& channel);
 

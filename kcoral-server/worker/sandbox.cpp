@@ -250,7 +250,7 @@ void Sandbox::admit(pid_t child) {
                 write_file(proc + "/gid_map", std::to_string(kInsideGid) + " " + std::to_string(outside_gid) + " 1") &&
                 write_file(proc + "/uid_map", std::to_string(kInsideUid) + " " + std::to_string(outside_uid) + " 1");
   byte = mapped ? 'k' : 'x';
-  (void)::write(socket.get(), &byte, 1);
+  if (::write(socket.get(), &byte, 1) != 1) ::kill(child, SIGKILL);  // it cannot go on unmapped
 }
 
 void Sandbox::release(pid_t child) {

@@ -90,7 +90,7 @@ Status Zygote::trial() {
     read_end.reset();
     auto entered = sandbox_.enter({write_end.get()}, "");
     std::string report = entered ? "ok" : entered.error().message;
-    (void)::write(write_end.get(), report.data(), report.size());
+    if (::write(write_end.get(), report.data(), report.size()) < 0) ::_exit(1);  // the zygote sees no report
     ::_exit(0);
   });
   if (!pid) return std::unexpected(pid.error());
