@@ -4,6 +4,8 @@
 // non-blocking receive, and a closed peer seen by both receive and send.
 #include <doctest/doctest.h>
 
+#include <cstdint>
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>

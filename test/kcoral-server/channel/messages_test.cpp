@@ -5,6 +5,8 @@
 // the message's own.
 #include <doctest/doctest.h>
 
+#include <cstdint>
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>

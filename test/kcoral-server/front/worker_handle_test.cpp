@@ -7,6 +7,8 @@
 // protocol; deadlines and crashes are answered.
 #include <doctest/doctest.h>
 
+#include <cstdint>
+
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
