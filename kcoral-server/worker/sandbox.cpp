@@ -302,6 +302,20 @@ Result<std::string> Sandbox::enter(std::vector<int> keep, const std::string& vis
       return std::unexpected(s.error());
     }
   }
+  // Private scratch space: /tmp (HOME below it), /var/tmp and /dev/shm are the same tmpfs.
+  uid_t owner = zygote_is_root_ ? config_.uid : 0;
+  gid_t group = zygote_is_root_ ? config_.gid : 0;
+  std::string scratch_options = "mode=0700,uid=" + std::to_string(owner) + ",gid=" + std::to_string(group) +
+                                ",size=" + std::to_string(config_.scratch_bytes);
+  if (auto s = make_directories(root + kScratch); !s) return std::unexpected(s.error());
+  if (auto s = mount_or_fail("tmpfs", root + kScratch, "tmpfs", MS_NOSUID | MS_NODEV, scratch_options.c_str()); !s)
+    return std::unexpected(s.error());
+  for (const std::string& directory : {root + kHome, root + kScratch + "/.shm"}) {
+    if (auto s = make_directories(directory); !s) return std::unexpected(s.error());
+    if (::chown(directory.c_str(), owner, group) != 0) return system_error("chown " + directory);
+  }
+  // The interpreter's and the operator's paths, read-only (after the scratch space, on
+  // which those under /tmp are mounted).
   std::vector<std::string> readable = readable_;
   readable.insert(readable.end(), config_.readable_paths.begin(), config_.readable_paths.end());
   std::sort(readable.begin(), readable.end());
@@ -316,18 +330,6 @@ Result<std::string> Sandbox::enter(std::vector<int> keep, const std::string& vis
       continue;
     if (auto s = bind_read_only(path, root + path); !s) return std::unexpected(s.error());
     last = path;
-  }
-  // Private scratch space: /tmp (HOME below it), /var/tmp and /dev/shm are the same tmpfs.
-  uid_t owner = zygote_is_root_ ? config_.uid : 0;
-  gid_t group = zygote_is_root_ ? config_.gid : 0;
-  std::string scratch_options = "mode=0700,uid=" + std::to_string(owner) + ",gid=" + std::to_string(group) +
-                                ",size=" + std::to_string(config_.scratch_bytes);
-  if (auto s = make_directories(root + kScratch); !s) return std::unexpected(s.error());
-  if (auto s = mount_or_fail("tmpfs", root + kScratch, "tmpfs", MS_NOSUID | MS_NODEV, scratch_options.c_str()); !s)
-    return std::unexpected(s.error());
-  for (const std::string& directory : {root + kHome, root + kScratch + "/.shm"}) {
-    if (auto s = make_directories(directory); !s) return std::unexpected(s.error());
-    if (::chown(directory.c_str(), owner, group) != 0) return system_error("chown " + directory);
   }
   if (auto s = make_directories(root + "/var"); !s) return std::unexpected(s.error());
   if (::symlink(kScratch, (root + "/var/tmp").c_str()) != 0) return system_error("linking /var/tmp");
