@@ -216,7 +216,24 @@ def main() -> None:
                              "(the timing program runs there too); --fresh is always measured so")
     parser.add_argument("--raw-cupti", required=True, help="the raw_cupti binary")
     parser.add_argument("--json", help="write the figures here")
+    parser.add_argument("--small-kernel-processes", type=int, default=0, metavar="N",
+                        help="only time the 256-float kernel, in N processes a side, on --fresh and "
+                             "on each --fresh-variant (whose per-process speeds vary: more processes "
+                             "tell the methods apart from that spread)")
     args = parser.parse_args()
+    if args.small_kernel_processes:
+        servers = [("fresh", args.fresh)] + [tuple(v.split("=", 1)) for v in args.fresh_variant]
+        figures = {label: fidelity(url, args.raw_cupti, CASES[:1], processes=args.small_kernel_processes)[0]
+                   for label, url in servers}
+        print("| server | benchmark() | raw CUPTI | difference |\n| --- | --- | --- | --- |")
+        for label, row in figures.items():
+            print(f"| {label} | {row['benchmark_median_us']:.3f} us {sorted(row['benchmark_per_process_us'])} "
+                  f"| {row['raw_cupti_us']:.3f} us {sorted(row['raw_cupti_per_process_us'])} "
+                  f"| {row['difference_us']:+.3f} us |")
+        if args.json:
+            with open(args.json, "w") as out:
+                json.dump(figures, out, indent=2)
+        return
 
     figures = {"fidelity": fidelity(args.fresh, args.raw_cupti),
                "throughput_fresh": throughput(args.fresh),

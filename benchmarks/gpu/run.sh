@@ -10,6 +10,8 @@
 #   benchmarks/gpu/run.sh build      that, then unpack, build, run the C++ units and try the sandbox
 #   benchmarks/gpu/run.sh examples   the examples and the GPU tests, not the measurements
 #   benchmarks/gpu/run.sh measure    the measurements only
+#   benchmarks/gpu/run.sh small-kernel [N]   benchmark() against raw CUPTI for the 256-float
+#                                    kernel, N processes a side, sandboxed and unsandboxed
 #   benchmarks/gpu/run.sh            everything (with what earlier calls stashed)
 #
 # Brought along (made by benchmarks/gpu/carry.sh, which says which call carries what):
@@ -116,21 +118,26 @@ example() {  # name, script, env...
   log "example $name: $status"
   [[ $status == passed ]] || tail -15 "$out/example-$name.log"
 }
-if [[ ${1:-} != measure ]]; then
+if [[ ${1:-} != measure && ${1:-} != small-kernel ]]; then
 example benchmark_kernel examples/benchmark_kernel.py KCORAL_URL=$gpu
 example remote_compile_client examples/remote_compile_client.py KCORAL_URL=$gpu
 example library_upload_client examples/library_upload_client.py KCORAL_URL=$gpu
 example remote_compilation_client examples/remote_compilation_client.py KCORAL_URL=$gpu KCORAL_CPU_URL=$cpu
 fi
 
-if [[ ${1:-} != measure ]]; then
+if [[ ${1:-} != measure && ${1:-} != small-kernel ]]; then
 log "GPU tests"
 KCORAL_GPU_URL=$gpu timeout 900 "$python" -m pytest -q -p no:cacheprovider test/python/gpu 2>&1 | tee "$out/gpu-tests.log" | tail -15
 echo >>"$summary"
 echo "GPU tests: $(tail -n 1 "$out/gpu-tests.log")" >>"$summary"
 fi
 
-if [[ ${1:-} != examples ]]; then
+if [[ ${1:-} == small-kernel ]]; then
+  log "the 256-float kernel in ${2:-15} processes a side, sandboxed and not"
+  timeout 500 "$python" benchmarks/gpu/gpu_checks.py --fresh "$gpu" --reused "$reused" \
+    --fresh-variant "sandbox none=$unsandboxed" --small-kernel-processes "${2:-15}" \
+    --raw-cupti build/gpu/raw_cupti --json "$result/gpu-small-kernel.json" 2>&1 | tee -a "$summary"
+elif [[ ${1:-} != examples ]]; then
 log "measurements"
 echo >>"$summary"
 timeout 900 "$python" benchmarks/gpu/gpu_checks.py --fresh "$gpu" --reused "$reused" \
