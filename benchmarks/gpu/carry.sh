@@ -1,12 +1,19 @@
 #!/usr/bin/env bash
 # Prepares what the GPU check brings to the GPU machine (shared/device/GPU-MACHINE.md), in
 # .gpu-carry/ (git-ignored): the Debian packages the build needs there (debs/), the Python
-# wheels its examples need (wheels/), and TVM's wheel, too big for one call, as
-# big.tar = big/tvm.tar.xz split into part.aa and part.ab. Safe to run again.
+# wheels its examples need (wheels/), and two wheels too big for one call: TVM's, as
+# big.tar = big/tvm.tar.xz split into part.aa and part.ab, and CuTeDSL's CUDA 13 libraries,
+# split into cu13/part.aa and cu13/part.ab. Safe to run again. One call at a time, each
+# within the machine's warm time of the one before (what is stashed lives in its /tmp):
 #
-#   call 1: carry .gpu-carry/part.aa and .gpu-carry/debs, run `benchmarks/gpu/run.sh build`
-#   call 2 (within the machine's warm time): carry .gpu-carry/part.ab and
-#           .gpu-carry/wheels, run `benchmarks/gpu/run.sh`
+#   1. carry .gpu-carry/part.aa, .gpu-carry/debs:  benchmarks/gpu/run.sh build
+#   2. carry .gpu-carry/part.ab:  benchmarks/gpu/run.sh stash
+#   3. carry .gpu-carry/cu13/part.aa:  mkdir -p /tmp/cu13stash && cp .gpu-carry/cu13/part.aa /tmp/cu13stash/
+#   4. carry .gpu-carry/cu13/part.ab, .gpu-carry/wheels, .gpu-carry/debs:
+#        mkdir -p .gpu-carry/extra && cat /tmp/cu13stash/part.aa .gpu-carry/cu13/part.ab \
+#          > .gpu-carry/extra/nvidia_cutlass_dsl_libs_cu13-4.7.0-cp312-cp312-manylinux_2_28_x86_64.whl \
+#          && benchmarks/gpu/run.sh examples
+#   5. carry .gpu-carry/wheels, .gpu-carry/debs:  benchmarks/gpu/run.sh measure
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 carry=.gpu-carry
@@ -29,6 +36,13 @@ if [[ ! -f $carry/part.ab ]]; then
   tar -C "$work/tvm" -cJf "$work/tar/big/tvm.tar.xz" .   # xz: 65 MB against the wheel's 100
   tar -C "$work/tar" -cf "$work/big.tar" big
   (cd "$carry" && split -b 36m "$work/big.tar" part.)
+  rm -rf "$work"
+fi
+if [[ ! -f $carry/cu13/part.ab ]]; then
+  work=$(mktemp -d)
+  download "$work" "nvidia-cutlass-dsl-libs-cu13==4.7.0"
+  mkdir -p "$carry/cu13"
+  (cd "$carry/cu13" && split -b 45m "$work"/nvidia_cutlass_dsl_libs_cu13-*.whl part.)
   rm -rf "$work"
 fi
 du -sh "$carry"/*

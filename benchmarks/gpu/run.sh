@@ -16,8 +16,9 @@
 #
 # Brought along (made by benchmarks/gpu/carry.sh, which says which call carries what):
 # .gpu-carry/debs/*.deb (simdjson, CLI11, nlohmann-json, libseccomp), .gpu-carry/wheels/*.whl
-# (TVM FFI, CuTeDSL, ml_dtypes), .gpu-carry/part.* (pieces of big.tar: the TVM wheel's
-# contents as tvm.tar.xz), spread over two calls.
+# (TVM FFI, CuTeDSL, ml_dtypes), .gpu-carry/extra/*.whl (CuTeDSL's CUDA 13 libraries, put
+# together from two calls' pieces), .gpu-carry/part.* (pieces of big.tar: the TVM wheel's
+# contents as tvm.tar.xz), spread over calls.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 root=$PWD
