@@ -16,6 +16,7 @@
 
 #include "kcoral/gpu_inventory.hpp"
 #include "kcoral/request_id.hpp"
+#include "executable_path.hpp"
 #include "listener.hpp"
 
 namespace kcoral {
@@ -31,14 +32,6 @@ std::string now_rfc3339() {
   std::size_t n = std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%S", &utc);
   std::snprintf(text + n, sizeof text - n, ".%06lldZ", static_cast<long long>(micros));
   return text;
-}
-
-std::string beside_this_binary(const std::string& name) {
-  char path[4096];
-  ssize_t n = ::readlink("/proc/self/exe", path, sizeof path - 1);
-  if (n <= 0) return name;
-  std::string exe(path, static_cast<std::size_t>(n));
-  return exe.substr(0, exe.rfind('/') + 1) + name;
 }
 
 // The sandbox settings, as kcoral-worker takes them.

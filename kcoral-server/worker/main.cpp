@@ -14,6 +14,7 @@
 #include "channel.hpp"
 #include "kcoral/executor.hpp"
 #include "messages.hpp"
+#include "executable_path.hpp"
 #include "process_tree.hpp"
 #include "zygote.hpp"
 
@@ -29,19 +30,10 @@ void raise_descriptor_limit() {
   }
 }
 
-// `name` in this binary's directory.
-std::string beside_this_binary(const std::string& name) {
-  char path[4096];
-  ssize_t n = ::readlink("/proc/self/exe", path, sizeof path - 1);
-  if (n <= 0) return name;
-  std::string exe(path, static_cast<std::size_t>(n));
-  return exe.substr(0, exe.rfind('/') + 1) + name;
-}
-
 // The Python of the environment this binary was installed into (bin/kcoral-worker next
 // to bin/python3), so a pip-installed server embeds its own virtual environment.
 std::string python_beside_this_binary() {
-  std::string candidate = beside_this_binary("python3");
+  std::string candidate = kcoral::beside_this_binary("python3");
   return ::access(candidate.c_str(), X_OK) == 0 ? candidate : std::string();
 }
 
@@ -89,7 +81,7 @@ int main(int argc, char** argv) {
   sandbox_config.enabled = sandbox == "namespaces";
   sandbox_config.gpu = gpu;
   sandbox_config.root_mountpoint = options.work_root + "/sandbox-root";
-  sandbox_config.init_path = beside_this_binary("kcoral-init");
+  sandbox_config.init_path = kcoral::beside_this_binary("kcoral-init");
   kcoral::Sandbox sandboxes(sandbox_config);
   if (auto prepared = sandboxes.prepare_zygote(); !prepared) return failed(prepared.error().message);
 

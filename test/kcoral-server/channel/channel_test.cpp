@@ -52,6 +52,23 @@ std::string contents(int fd) {
   return out;
 }
 
+// A raw frame that says its text was spilled into `fd`, as a hostile peer could send one.
+void send_spill_frame(int socket, int fd) {
+  iovec io{const_cast<char*>("F"), 1};
+  char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr header{};
+  header.msg_iov = &io;
+  header.msg_iovlen = 1;
+  header.msg_control = control;
+  header.msg_controllen = sizeof control;
+  cmsghdr* cmsg = CMSG_FIRSTHDR(&header);
+  cmsg->cmsg_level = SOL_SOCKET;
+  cmsg->cmsg_type = SCM_RIGHTS;
+  cmsg->cmsg_len = CMSG_LEN(sizeof(int));
+  std::memcpy(CMSG_DATA(cmsg), &fd, sizeof fd);
+  REQUIRE(::sendmsg(socket, &header, 0) == 1);
+}
+
 }  // namespace
 
 TEST_SUITE("channel") {
@@ -159,20 +176,7 @@ TEST_CASE("a receiver refuses a spilled text over its limit, before reading it")
   // A spill of 64 GiB (a sparse memfd): refused by its size, nothing allocated.
   UniqueFd huge(::memfd_create("huge", MFD_CLOEXEC));
   REQUIRE(::ftruncate(huge.get(), std::int64_t{64} << 30) == 0);
-  int fd = huge.get();
-  iovec io{const_cast<char*>("F"), 1};
-  char control[CMSG_SPACE(sizeof(int))] = {};
-  msghdr header{};
-  header.msg_iov = &io;
-  header.msg_iovlen = 1;
-  header.msg_control = control;
-  header.msg_controllen = sizeof control;
-  cmsghdr* cmsg = CMSG_FIRSTHDR(&header);
-  cmsg->cmsg_level = SOL_SOCKET;
-  cmsg->cmsg_type = SCM_RIGHTS;
-  cmsg->cmsg_len = CMSG_LEN(sizeof(int));
-  std::memcpy(CMSG_DATA(cmsg), &fd, sizeof fd);
-  REQUIRE(::sendmsg(sender.fd(), &header, 0) == 1);
+  send_spill_frame(sender.fd(), huge.get());
   auto refused = receiver.receive();
   REQUIRE(!refused.has_value());
   CHECK(refused.error().message.find("exceeds the limit") != std::string::npos);
@@ -183,19 +187,7 @@ TEST_CASE("a spilled text must come in a regular file, and a frame must say its 
   int pipe_fds[2];
   REQUIRE(::pipe(pipe_fds) == 0);
   UniqueFd read_end(pipe_fds[0]), write_end(pipe_fds[1]);
-  iovec io{const_cast<char*>("F"), 1};
-  char control[CMSG_SPACE(sizeof(int))] = {};
-  msghdr header{};
-  header.msg_iov = &io;
-  header.msg_iovlen = 1;
-  header.msg_control = control;
-  header.msg_controllen = sizeof control;
-  cmsghdr* cmsg = CMSG_FIRSTHDR(&header);
-  cmsg->cmsg_level = SOL_SOCKET;
-  cmsg->cmsg_type = SCM_RIGHTS;
-  cmsg->cmsg_len = CMSG_LEN(sizeof(int));
-  std::memcpy(CMSG_DATA(cmsg), &pipe_fds[0], sizeof(int));
-  REQUIRE(::sendmsg(pair.a.fd(), &header, 0) == 1);
+  send_spill_frame(pair.a.fd(), read_end.get());
   auto refused = pair.b.receive();
   REQUIRE(!refused.has_value());
   CHECK(refused.error().message.find("regular file") != std::string::npos);
