@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <sstream>
 #include <string>
 
 #include "kcoral/blob_store.hpp"
@@ -20,6 +21,13 @@ struct JobOutcome {
   Result<ProgramResult> result;
   ResponseTimings timings;
 };
+
+// "300 s": a duration in the messages of queue and run timeouts.
+inline std::string seconds_text(double seconds) {
+  std::ostringstream out;
+  out << seconds << " s";
+  return out.str();
+}
 
 struct ExecuteJob {
   using Clock = std::chrono::steady_clock;

@@ -7,7 +7,6 @@
 
 #include <cstdio>
 #include <numeric>
-#include <sstream>
 
 namespace kcoral {
 namespace {
@@ -16,12 +15,6 @@ namespace {
 constexpr int kMessagesPerTurn = 32;
 // How long a dead worker's exit notice may take before its job is answered without it.
 constexpr auto kExitNoticeGrace = std::chrono::milliseconds(500);
-
-std::string seconds_text(double seconds) {
-  std::ostringstream out;
-  out << seconds << " s";
-  return out.str();
-}
 
 double ms_between(WorkerHandle::Clock::time_point from, WorkerHandle::Clock::time_point to) {
   return std::chrono::duration<double, std::milli>(to - from).count();

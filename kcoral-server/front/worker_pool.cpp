@@ -3,19 +3,12 @@
 
 #include <boost/asio/post.hpp>
 #include <numeric>
-#include <sstream>
 
 namespace kcoral {
 
 using Clock = std::chrono::steady_clock;
 
 namespace {
-
-std::string seconds_text(double seconds) {
-  std::ostringstream out;
-  out << seconds << " s";
-  return out.str();
-}
 
 double ms_since(Clock::time_point from) {
   return std::chrono::duration<double, std::milli>(Clock::now() - from).count();

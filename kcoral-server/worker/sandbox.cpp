@@ -168,6 +168,7 @@ Status Sandbox::prepare_zygote() {
   if (!filter) return std::unexpected(filter.error());
   filter_ = std::move(*filter);
   if (auto s = make_directories(config_.root_mountpoint); !s) return s;
+  add_readable_paths(config_.readable_paths);
   return {};
 }
 
@@ -179,6 +180,21 @@ void Sandbox::add_readable_paths(const std::vector<std::string>& paths) {
     if (ec || !fs::exists(real, ec)) continue;
     readable_.push_back(real.string());
   }
+  // Kept as the workers will mount them: sorted, each once, none under another or under
+  // the system's own (which every worker mounts anyway).
+  auto under = [](const std::string& path, std::string_view parent) {
+    return path == parent || (path.size() > parent.size() && path.compare(0, parent.size(), parent) == 0 &&
+                              path[parent.size()] == '/');
+  };
+  std::sort(readable_.begin(), readable_.end());
+  std::vector<std::string> kept;
+  for (std::string& path : readable_) {
+    if ((!kept.empty() && under(path, kept.back())) ||
+        std::any_of(std::begin(kSystemPaths), std::end(kSystemPaths), [&](const char* p) { return under(path, p); }))
+      continue;
+    kept.push_back(std::move(path));
+  }
+  readable_ = std::move(kept);
 }
 
 Result<pid_t> Sandbox::fork() {
@@ -316,21 +332,8 @@ Result<std::string> Sandbox::enter(std::vector<int> keep, const std::string& vis
   }
   // The interpreter's and the operator's paths, read-only (after the scratch space, on
   // which those under /tmp are mounted).
-  std::vector<std::string> readable = readable_;
-  readable.insert(readable.end(), config_.readable_paths.begin(), config_.readable_paths.end());
-  std::sort(readable.begin(), readable.end());
-  std::string last;
-  for (const std::string& path : readable) {
-    auto under = [&](const std::string& parent) {
-      return path == parent || (path.size() > parent.size() && path.compare(0, parent.size(), parent) == 0 &&
-                                path[parent.size()] == '/');
-    };
-    if ((!last.empty() && under(last)) ||
-        std::any_of(std::begin(kSystemPaths), std::end(kSystemPaths), [&](const char* p) { return under(p); }))
-      continue;
+  for (const std::string& path : readable_)
     if (auto s = bind_read_only(path, root + path); !s) return std::unexpected(s.error());
-    last = path;
-  }
   if (auto s = make_directories(root + "/var"); !s) return std::unexpected(s.error());
   if (::symlink(kScratch, (root + "/var/tmp").c_str()) != 0) return system_error("linking /var/tmp");
 

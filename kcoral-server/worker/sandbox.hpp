@@ -63,7 +63,8 @@ class Sandbox {
   // In the zygote, before Python starts (single-threaded): makes sure the zygote may
   // create namespaces, entering a user namespace of its own when it is not root.
   [[nodiscard]] Status prepare_zygote();
-  // In the zygote, once the interpreter is up: what the workers will be shown.
+  // In the zygote, once the interpreter is up: more paths the workers may read (the
+  // config's are added by prepare_zygote).
   void add_readable_paths(const std::vector<std::string>& paths);
 
   // Forks a worker into a new PID namespace (with its init). In the parent: the child's
@@ -85,7 +86,7 @@ class Sandbox {
 
  private:
   SandboxConfig config_;
-  std::vector<std::string> readable_;
+  std::vector<std::string> readable_;  // canonical, sorted, none under another
   UniqueFd own_pid_namespace_;  // the zygote's, to fork the next worker from
   UniqueFd admit_parent_, admit_child_;  // a socket pair for the uid-map handshake
   UniqueFd lifeline_read_, lifeline_write_;  // inits end when the zygote's end closes

@@ -80,6 +80,14 @@ TEST_CASE("the fields come back as they were sent") {
   CHECK(exited.signal == 9);
 }
 
+TEST_CASE("output that is not UTF-8 does not stop a result from being encoded") {
+  wire::Result result;
+  result.stdout_text = std::string("ok \xff\xfe end\n");
+  auto decoded = wire::decode(wire::encode(result), 0);
+  REQUIRE(decoded.has_value());
+  CHECK(std::get<wire::Result>(*decoded).stdout_text == "ok \xef\xbf\xbd\xef\xbf\xbd end\n");
+}
+
 TEST_CASE("the wire names are unique and name their message") {
   std::set<std::string_view> names(wire::kNames.begin(), wire::kNames.end());
   CHECK(names.size() == wire::kNames.size());
