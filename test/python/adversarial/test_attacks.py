@@ -198,3 +198,31 @@ def test_a_program_is_unprivileged_and_refused_what_a_benchmark_never_needs(sand
     assert report["devices"] == sorted(["fd", "full", "null", "random", "shm", "stderr", "stdin", "stdout",
                                         "urandom", "zero"])
     assert report["hostname"] == "kcoral"
+
+
+READ_BACK = r'''
+import errno
+
+def read_back(path):
+    try:
+        open(path + "/written", "w")
+        writable = "yes"
+    except OSError as e:
+        writable = errno.errorcode[e.errno]
+    with open(path + "/data.txt") as f:
+        return {"data": f.read(), "writable": writable}
+'''
+
+
+def test_a_readable_path_under_tmp_is_seen_read_only_on_top_of_the_private_tmp(start_server, tmp_path):
+    # As on the GPU machine, where the carried Python packages live under /tmp: a path
+    # under /tmp stays visible (not hidden by the private /tmp) and read-only. Given
+    # through a symbolic link, as an operator may give it.
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / "data.txt").write_text("from the operator")
+    link = tmp_path / "link"
+    link.symlink_to(shared)
+    server = start_server("--num-workers", "1", "--readable-path", str(link))
+    report = server.execute(call(READ_BACK, "read_back", str(shared))).raise_for_error()["out"]
+    assert report == {"data": "from the operator", "writable": "EROFS"}
