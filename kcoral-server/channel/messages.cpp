@@ -33,7 +33,9 @@ inline constexpr auto kFields<Exited> = std::tuple{Field{"pid", &Exited::pid}, F
 template <>
 inline constexpr auto kFields<ZygoteFailed> = std::tuple{Field{"message", &ZygoteFailed::message}};
 template <>
-inline constexpr auto kFields<Blobs> = std::tuple{Field{"digests", &Blobs::digests}};
+inline constexpr auto kFields<Blobs> =
+    std::tuple{Field{"digests", &Blobs::digests}, Field{"files", &Blobs::files}, Field{"offsets", &Blobs::offsets},
+               Field{"sizes", &Blobs::sizes}, Field{"file_count", &Blobs::file_count}};
 template <>
 inline constexpr auto kFields<Run> =
     std::tuple{Field{"request_id", &Run::request_id}, Field{"program", &Run::program},
@@ -211,7 +213,7 @@ kcoral::Result<Message> decode_alternative(std::size_t index, const Json& json) 
 std::string_view name_of(const Message& message) { return kNames[message.index()]; }
 
 std::size_t descriptor_count(const Message& message) {
-  if (const auto* blobs = std::get_if<Blobs>(&message)) return blobs->digests.size();
+  if (const auto* blobs = std::get_if<Blobs>(&message)) return static_cast<std::size_t>(blobs->file_count);
   if (std::holds_alternative<Forked>(message)) return 1;
   if (const auto* result = std::get_if<Result>(&message)) return result->part_sizes.empty() ? 0 : 1;
   return 0;

@@ -52,9 +52,14 @@ struct ZygoteFailed {
   std::string message;
 };
 
-// front -> worker: blobs of the next program. Descriptors: one sealed memfd per digest.
+// front -> worker: blobs of the next program. Descriptors: `file_count` sealed memfds;
+// blob i is `sizes[i]` bytes at `offsets[i]` of memfd `files[i]` (many blobs may share one).
 struct Blobs {
   std::vector<std::string> digests;
+  std::vector<std::uint64_t> files;
+  std::vector<std::uint64_t> offsets;
+  std::vector<std::uint64_t> sizes;
+  std::uint64_t file_count = 0;
 };
 // front -> worker: the program to run (its blobs came before).
 struct Run {

@@ -3,7 +3,6 @@
 
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/post.hpp>
-#include <boost/beast/core/buffers_to_string.hpp>
 
 #include "kcoral/request_id.hpp"
 
@@ -13,66 +12,166 @@ namespace {
 namespace beast = boost::beast;
 namespace http = boost::beast::http;
 
-constexpr auto kIdleTimeout = std::chrono::seconds(75);
-constexpr auto kTransferTimeout = std::chrono::seconds(600);  // a whole body, or a response
+constexpr auto kWriteTimeout = std::chrono::seconds(600);  // a response
+constexpr auto kDrainTime = std::chrono::seconds(10);      // of a rejected body, in all
 constexpr std::size_t kHeaderLimit = 64 * 1024;
 constexpr std::size_t kDrainLimit = std::size_t{4} << 30;  // of a rejected body
+// A chunked body grows by at least this much per reservation; one read adds far less, so
+// the string never grows behind the budget's back.
+constexpr std::size_t kChunkedHeadroom = std::size_t{1} << 20;
+
+std::chrono::steady_clock::duration seconds(double value) {
+  return std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(value));
+}
+
+bool is_gone(beast::error_code ec) {
+  return ec == http::error::end_of_stream || ec == boost::asio::error::eof ||
+         ec == boost::asio::error::connection_reset || ec == boost::asio::error::operation_aborted;
+}
 
 }  // namespace
 
-HttpSession::HttpSession(boost::asio::ip::tcp::socket socket, ServerState& state)
-    : stream_(std::move(socket)), state_(state) {}
+HttpSession::HttpSession(boost::asio::ip::tcp::socket socket, ServerState& state, bool overflow)
+    : stream_(std::move(socket)),
+      state_(state),
+      overflow_(overflow),
+      held_(state.inflight),
+      body_timer_(stream_.get_executor()) {
+  ++state_.connections;
+}
+
+HttpSession::~HttpSession() { --state_.connections; }
 
 void HttpSession::run() {
-  boost::asio::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->read_header(); });
+  boost::asio::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->wait_for_request(); });
+}
+
+// Waits for a request's first byte (the idle timeout), unless it is already here.
+void HttpSession::wait_for_request() {
+  if (buffer_.size() > 0) return read_header();
+  stream_.expires_after(seconds(overflow_ ? state_.config.header_timeout_seconds : state_.config.idle_timeout_seconds));
+  stream_.async_read_some(buffer_.prepare(4096), [self = shared_from_this()](beast::error_code ec, std::size_t n) {
+    if (ec == beast::error::timeout) self->state_.metrics.record(Metrics::Guard::idle_timeout);
+    if (ec) return self->close();
+    self->buffer_.commit(n);
+    self->read_header();
+  });
 }
 
 void HttpSession::read_header() {
   parser_.emplace();
   parser_->header_limit(kHeaderLimit);
   parser_->body_limit(state_.config.max_request_bytes);
-  stream_.expires_after(kIdleTimeout);
+  stream_.expires_after(seconds(state_.config.header_timeout_seconds));
   http::async_read_header(stream_, buffer_, *parser_,
                           [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_header(ec); });
 }
 
 void HttpSession::on_header(beast::error_code ec) {
-  if (ec == http::error::end_of_stream || ec == beast::error::timeout ||
-      ec == boost::asio::error::connection_reset || ec == boost::asio::error::operation_aborted)
+  if (ec == beast::error::timeout) {
+    state_.metrics.record(Metrics::Guard::header_timeout);
     return close();
+  }
+  if (is_gone(ec)) return close();
   if (ec == http::error::body_limit)
     return reject_and_close({ErrorKind::request_too_large,
                              "the request body is larger than the server's limit of " +
                                  std::to_string(state_.config.max_request_bytes) + " bytes"});
   if (ec) return reject_and_close({ErrorKind::parse, "malformed HTTP request: " + ec.message()});
   const auto& header = parser_->get();
+  if (overflow_) {
+    close_after_write_ = true;
+    auto target = header.target();
+    if (header.method() != http::verb::get || (!target.starts_with("/health") && !target.starts_with("/metrics"))) {
+      state_.metrics.record(Metrics::Guard::over_connection_limit);
+      return reject_and_close({ErrorKind::busy, "the server has too many connections (it serves " +
+                                                    std::to_string(state_.config.max_connections) +
+                                                    " at once); retry"});
+    }
+  }
+  // Reserve before the client is told to send (100-continue) or anything is read.
+  if (!reserve_body()) return reject_and_close(inflight_full());
   if (beast::iequals(header[http::field::expect], "100-continue")) {
     continue_ = std::make_shared<http::response<http::empty_body>>(http::status::continue_, header.version());
-    stream_.expires_after(kTransferTimeout);
+    stream_.expires_after(kWriteTimeout);
     return http::async_write(stream_, *continue_, [self = shared_from_this()](beast::error_code ec, std::size_t) {
       if (ec) return self->close();
-      self->read_body();
+      self->start_body();
     });
   }
+  start_body();
+}
+
+Error HttpSession::inflight_full() {
+  state_.metrics.record(Metrics::Guard::inflight_full);
+  return {ErrorKind::busy, "the server holds too many request bytes at once (its budget is " +
+                               std::to_string(state_.inflight.limit()) + " bytes); retry"};
+}
+
+// Holds this request's body in the in-flight budget before it is read: its declared
+// length whole, or a chunked body's next growth (whose string is then grown to match).
+bool HttpSession::reserve_body() {
+  if (parser_->is_done()) return true;
+  if (auto length = parser_->content_length()) return held_.grow_to(*length);
+  std::string& body = parser_->get().body();
+  if (body.capacity() - body.size() >= kChunkedHeadroom) return true;
+  std::uint64_t want = std::min<std::uint64_t>(std::max<std::uint64_t>(2 * body.capacity(), body.size() + kChunkedHeadroom),
+                                               state_.config.max_request_bytes + kChunkedHeadroom);
+  if (!held_.grow_to(want)) return false;
+  body.reserve(want);
+  return true;
+}
+
+void HttpSession::start_body() {
+  window_start_ = Clock::now();
+  window_bytes_ = 0;
+  body_stalled_ = false;
   read_body();
 }
 
+// One step of the body, at most one rate window long.
 void HttpSession::read_body() {
-  stream_.expires_after(kTransferTimeout);
-  http::async_read(stream_, buffer_, *parser_,
-                   [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_body(ec); });
+  if (parser_->is_done()) return handle(parser_->release());
+  if (!reserve_body()) return reject_and_close(inflight_full());
+  stream_.expires_never();
+  body_timer_.expires_after(seconds(state_.config.body_rate_window_seconds));
+  body_timer_.async_wait([self = shared_from_this(), read = ++body_reads_](boost::system::error_code ec) {
+    if (ec || read != self->body_reads_) return;
+    self->body_stalled_ = true;
+    beast::error_code ignored;
+    self->stream_.socket().cancel(ignored);
+  });
+  http::async_read_some(stream_, buffer_, *parser_, [self = shared_from_this()](beast::error_code ec, std::size_t n) {
+    self->on_body(ec, n);
+  });
 }
 
-void HttpSession::on_body(beast::error_code ec) {
+void HttpSession::on_body(beast::error_code ec, std::size_t bytes) {
+  ++body_reads_;  // the timer of this read may no longer fire
+  body_timer_.cancel();
   if (ec == http::error::body_limit)
     return reject_and_close({ErrorKind::request_too_large,
                              "the request body is larger than the server's limit of " +
                                  std::to_string(state_.config.max_request_bytes) + " bytes"});
-  if (ec == beast::error::timeout || ec == http::error::end_of_stream ||
-      ec == boost::asio::error::connection_reset)
-    return close();
+  const double window = state_.config.body_rate_window_seconds;
+  const auto minimum = static_cast<std::uint64_t>(static_cast<double>(state_.config.min_body_bytes_per_second) * window);
+  auto too_slow = [&] {
+    state_.metrics.record(Metrics::Guard::slow_body);
+    reject_and_close({ErrorKind::timeout, "the request body came slower than the server's minimum of " +
+                                              std::to_string(state_.config.min_body_bytes_per_second) +
+                                              " bytes per second over " + seconds_text(window)},
+                     /*drain=*/false);
+  };
+  if (body_stalled_) return too_slow();  // not one byte in a whole window
+  if (is_gone(ec)) return close();
   if (ec) return reject_and_close({ErrorKind::parse, "malformed HTTP request: " + ec.message()});
-  handle(parser_->release());
+  window_bytes_ += bytes;
+  if (Clock::now() - window_start_ >= seconds(window)) {
+    if (window_bytes_ < minimum) return too_slow();
+    window_start_ = Clock::now();
+    window_bytes_ = 0;
+  }
+  read_body();
 }
 
 void HttpSession::handle(HttpRequest request) {
@@ -97,21 +196,25 @@ void HttpSession::handle(HttpRequest request) {
 
 void HttpSession::write(HttpResponse response) {
   close_after_write_ = close_after_write_ || !response.keep_alive();
+  if (close_after_write_) response.keep_alive(false);
+  held_.add(response.body().size());  // in memory already: counted, never refused
   response_ = std::make_shared<HttpResponse>(std::move(response));
-  stream_.expires_after(kTransferTimeout);
+  stream_.expires_after(kWriteTimeout);
   http::async_write(stream_, *response_, [self = shared_from_this()](beast::error_code ec, std::size_t) {
     self->response_.reset();
+    self->held_.release();
     if (self->answering_job_) {
       self->answering_job_ = false;
       --self->state_.responses_pending;
     }
     if (ec || self->close_after_write_) return self->close();
-    self->read_header();
+    self->wait_for_request();
   });
 }
 
-void HttpSession::reject_and_close(const Error& error) {
+void HttpSession::reject_and_close(const Error& error, bool drain) {
   close_after_write_ = true;
+  held_.release();  // the body is not kept
   // The client's request id, where its header got that far and it is a canonical UUID.
   std::string request_id;
   if (parser_) {  // the fields parsed so far, even when the header failed a limit
@@ -120,25 +223,28 @@ void HttpSession::reject_and_close(const Error& error) {
     if (is_canonical_request_id(value)) request_id = value;
   }
   response_ = std::make_shared<HttpResponse>(error_response(error, 11, false, request_id));
+  // The one timeout a session reports is the client's own: 408, not a program's 504.
+  if (error.kind == ErrorKind::timeout) response_->result(http::status::request_timeout);
   if (error.kind == ErrorKind::request_too_large) state_.metrics.record_execute("too_large", 0);
-  stream_.expires_after(kTransferTimeout);
-  http::async_write(stream_, *response_, [self = shared_from_this()](beast::error_code ec, std::size_t) {
-    if (ec) return self->close();
+  stream_.expires_after(kWriteTimeout);
+  http::async_write(stream_, *response_, [self = shared_from_this(), drain](beast::error_code ec, std::size_t) {
+    if (ec || !drain) return self->close();
     self->drain_then_close();
   });
 }
 
-// Reads and discards what the client still sends, up to a bound, so that closing does
-// not reset the connection before the client has read the error.
+// Reads and discards what the client still sends, for a bounded time and size, so that
+// closing does not reset the connection before the client has read the error.
 void HttpSession::drain_then_close() {
   beast::error_code ec;
   stream_.socket().shutdown(boost::asio::ip::tcp::socket::shutdown_send, ec);
   scratch_.resize(1 << 16);
+  drain_deadline_ = Clock::now() + kDrainTime;
   drain(0);
 }
 
 void HttpSession::drain(std::size_t drained) {
-  stream_.expires_after(std::chrono::seconds(10));
+  stream_.expires_at(drain_deadline_);
   stream_.async_read_some(boost::asio::buffer(scratch_),
                           [self = shared_from_this(), drained](beast::error_code ec, std::size_t n) {
                             if (ec || drained + n > kDrainLimit) return self->close();
@@ -147,9 +253,11 @@ void HttpSession::drain(std::size_t drained) {
 }
 
 void HttpSession::close() {
+  body_timer_.cancel();
   beast::error_code ec;
   stream_.socket().shutdown(boost::asio::ip::tcp::socket::shutdown_both, ec);
   stream_.close();
+  held_.release();
 }
 
 }  // namespace kcoral

@@ -1,15 +1,26 @@
 // HttpSession: one client connection; reads requests, routes them, writes responses.
 //
-// Beast's shape: a timeout is armed before every read and write; a request's header is
-// read first (idle keep-alive timeout), then its body (bounded by the request limit and a
-// longer timeout). A body over the limit is answered 413 and the rest of it drained
-// before the connection closes, so the client reads the answer rather than a reset.
-// Lives as long as its pending operations (shared_from_this); runs on its own strand.
+// Beast's shape, with every wait bounded so that no client, however slow, holds the
+// server's memory or descriptors for long:
+//   - between requests, the idle timeout (a kept-alive connection with nothing to say);
+//   - from a request's first byte, the header timeout for the whole header;
+//   - the body, read step by step, must bring at least the minimum rate over every window
+//     (bytes per second, not one deadline for the whole body): else 408, and close;
+//   - before a body is held, its bytes are reserved in the server-wide in-flight budget
+//     (the declared length, or a chunked body's next growth): else 503 with Retry-After.
+// A body over the request limit (declared, or chunked as soon as it passes the limit) is
+// answered 413 and what the client still sends is drained, for a bounded time, before the
+// connection closes, so that the client reads the answer rather than a reset. A session
+// accepted past --max-connections (an overflow session) answers one request only: /health
+// and /metrics as usual, anything else 503. Lives as long as its pending operations
+// (shared_from_this); runs on its own strand.
 #pragma once
 
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -20,17 +31,27 @@ namespace kcoral {
 
 class HttpSession : public std::enable_shared_from_this<HttpSession> {
  public:
-  HttpSession(boost::asio::ip::tcp::socket socket, ServerState& state);
+  // `overflow`: accepted past the connection limit (see above).
+  HttpSession(boost::asio::ip::tcp::socket socket, ServerState& state, bool overflow);
+  HttpSession(const HttpSession&) = delete;
+  HttpSession& operator=(const HttpSession&) = delete;
+  ~HttpSession();
   void run();
 
  private:
+  using Clock = std::chrono::steady_clock;
+
+  void wait_for_request();
   void read_header();
   void on_header(boost::beast::error_code ec);
+  void start_body();
   void read_body();
-  void on_body(boost::beast::error_code ec);
+  void on_body(boost::beast::error_code ec, std::size_t bytes);
+  [[nodiscard]] bool reserve_body();
+  [[nodiscard]] Error inflight_full();
   void handle(HttpRequest request);
   void write(HttpResponse response);
-  void reject_and_close(const Error& error);
+  void reject_and_close(const Error& error, bool drain = true);
   void drain_then_close();
   void drain(std::size_t drained);
   void close();
@@ -41,8 +62,18 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   std::shared_ptr<HttpResponse> response_;  // alive until written
   std::shared_ptr<boost::beast::http::response<boost::beast::http::empty_body>> continue_;
   ServerState& state_;
+  const bool overflow_;
+  InflightBytes::Reservation held_;  // this request's bytes, until its response is written
+  Clock::time_point window_start_;   // the body rate's current window
+  std::uint64_t window_bytes_ = 0;
+  // A body read's own timer: unlike the stream's timeout, it leaves the socket open, so a
+  // stalled client still gets its 408.
+  boost::asio::steady_timer body_timer_;
+  std::uint64_t body_reads_ = 0;  // which read the timer is for
+  bool body_stalled_ = false;
   bool close_after_write_ = false;
   bool answering_job_ = false;  // the response being awaited or written is a job's
+  Clock::time_point drain_deadline_;
   std::vector<char> scratch_;  // for draining a rejected body
 };
 

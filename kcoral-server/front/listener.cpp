@@ -5,12 +5,13 @@
 #include <boost/asio/strand.hpp>
 #include <cstdio>
 
+#include "descriptors.hpp"
 #include "http_session.hpp"
 
 namespace kcoral {
 
 Listener::Listener(boost::asio::io_context& io, ServerState& state)
-    : io_(io), acceptor_(boost::asio::make_strand(io)), state_(state) {}
+    : io_(io), acceptor_(boost::asio::make_strand(io)), backoff_(acceptor_.get_executor()), state_(state) {}
 
 Result<std::uint16_t> Listener::open(const boost::asio::ip::tcp::endpoint& endpoint) {
   boost::system::error_code ec;
@@ -35,15 +36,31 @@ void Listener::stop() {
 
 void Listener::accept() {
   acceptor_.async_accept(boost::asio::make_strand(io_),
-                         [self = shared_from_this()](boost::system::error_code ec,
-                                                     boost::asio::ip::tcp::socket socket) {
-                           if (ec == boost::asio::error::operation_aborted) return;
-                           if (!ec) {
-                             socket.set_option(boost::asio::ip::tcp::no_delay(true), ec);
-                             std::make_shared<HttpSession>(std::move(socket), self->state_)->run();
-                           }
-                           if (self->acceptor_.is_open()) self->accept();
+                         [self = shared_from_this()](boost::system::error_code ec, boost::asio::ip::tcp::socket socket) {
+                           self->on_accept(ec, std::move(socket));
                          });
+}
+
+void Listener::on_accept(boost::system::error_code ec, boost::asio::ip::tcp::socket socket) {
+  if (ec == boost::asio::error::operation_aborted || !acceptor_.is_open()) return;
+  if (ec) {
+    // Out of descriptors or memory, or a connection that went before it was taken: the
+    // pending ones stay in the backlog until a descriptor is free.
+    state_.metrics.record(Metrics::Guard::accept_backoff);
+    backoff_.expires_after(std::chrono::milliseconds(50));
+    return backoff_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+      if (!ec && self->acceptor_.is_open()) self->accept();
+    });
+  }
+  std::size_t connections = state_.connections.load();
+  if (connections >= state_.config.max_connections + kOverflowConnections) {
+    state_.metrics.record(Metrics::Guard::over_connection_limit);
+    socket.close(ec);
+  } else {
+    socket.set_option(boost::asio::ip::tcp::no_delay(true), ec);
+    std::make_shared<HttpSession>(std::move(socket), state_, connections >= state_.config.max_connections)->run();
+  }
+  accept();
 }
 
 }  // namespace kcoral

@@ -1,8 +1,14 @@
 // Listener: accepts connections and starts an HttpSession for each.
+//
+// Past --max-connections, a few more (kOverflowConnections) get an overflow session, which
+// answers one request (503 to /execute; /health and /metrics as usual); past those, a
+// connection is closed at once. When accept itself fails (out of descriptors, say), the
+// listener waits a moment and accepts again, rather than spinning on the error.
 #pragma once
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <memory>
 
 #include "router.hpp"
@@ -19,9 +25,11 @@ class Listener : public std::enable_shared_from_this<Listener> {
 
  private:
   void accept();
+  void on_accept(boost::system::error_code ec, boost::asio::ip::tcp::socket socket);
 
   boost::asio::io_context& io_;
   boost::asio::ip::tcp::acceptor acceptor_;
+  boost::asio::steady_timer backoff_;
   ServerState& state_;
 };
 

@@ -71,6 +71,13 @@ int main(int argc, char** argv) {
   app.add_option("--blob-cache-bytes", config.blob_cache_bytes,
                  "Memory for cached uploads (content-addressed, least recently used first)")
       ->capture_default_str();
+  app.add_option("--blob-cache-max-blobs", config.blob_cache_max_blobs, "Blobs the cache keeps at most")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--blob-cache-max-files", config.blob_cache_max_files,
+                 "Memory files (descriptors) the cache keeps at most; the blobs of one request share one")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   app.add_option("--io-threads", config.io_threads, "Threads serving HTTP; 0 = from the core count")
       ->capture_default_str();
   app.add_option("--work-root", config.work_root,
@@ -79,6 +86,45 @@ int main(int argc, char** argv) {
                  "Python executable whose environment the workers embed (default: the one installed "
                  "beside kcoral-worker, else the build's)");
   app.add_option("--worker", config.worker_path, "Path of kcoral-worker (default: beside this binary)");
+
+  auto* clients = app.add_option_group("Clients", "What one client may hold (README: Limits)");
+  clients
+      ->add_option("--max-connections", config.max_connections,
+                   "Connections served at once; a few more are answered 503 (/health and /metrics as usual). "
+                   "Lowered at start when the descriptor limit cannot hold them")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  clients
+      ->add_option("--max-inflight-bytes", config.max_inflight_bytes,
+                   "Request bytes held at once by all requests, from their first body byte to their answer; "
+                   "a request that does not fit is answered 503 busy with Retry-After. At least --max-request-bytes")
+      ->capture_default_str();
+  clients
+      ->add_option("--idle-timeout-seconds", config.idle_timeout_seconds,
+                   "How long a kept-alive connection may wait with no request")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  clients
+      ->add_option("--header-timeout-seconds", config.header_timeout_seconds,
+                   "How long a request may take from its first byte to the end of its header")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  clients
+      ->add_option("--min-body-bytes-per-second", config.min_body_bytes_per_second,
+                   "Slowest body upload kept: a body that brings fewer bytes than this per second, over any "
+                   "window below, is answered 408 and its connection closed")
+      ->capture_default_str();
+  clients
+      ->add_option("--body-rate-window-seconds", config.body_rate_window_seconds,
+                   "The window over which the body rate is measured")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  clients
+      ->add_option("--shutdown-grace-seconds", config.shutdown_grace_seconds,
+                   "On SIGTERM or SIGINT: how long running programs may go on; then they are killed and answered "
+                   "503. A second signal stops at once")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
 
   auto* sandbox = app.add_option_group("Sandbox", "What every program may see and use (README: Security model)");
   sandbox
@@ -116,6 +162,12 @@ int main(int argc, char** argv) {
                       "A path programs may read besides the system (/usr, /etc, /opt, /sys) and the Python "
                       "environment (repeatable)");
   CLI11_PARSE(app, argc, argv);
+  if (config.max_inflight_bytes < config.max_request_bytes) {
+    std::fprintf(stderr, "kcoral-server: --max-inflight-bytes (%llu) must be at least --max-request-bytes (%llu)\n",
+                 static_cast<unsigned long long>(config.max_inflight_bytes),
+                 static_cast<unsigned long long>(config.max_request_bytes));
+    return 2;
+  }
   if (config.max_timeout_seconds < config.default_timeout_seconds)
     config.default_timeout_seconds = config.max_timeout_seconds;
   return kcoral::run_server(std::move(config));

@@ -26,7 +26,7 @@ std::string seconds_text(std::uint64_t microseconds) {
 
 }  // namespace
 
-std::string Metrics::render(const WorkerPool::Load& load, const BlobStore& blobs) const {
+std::string Metrics::render(const WorkerPool::Load& load, const BlobStore& blobs, const FrontGauges& front) const {
   std::ostringstream out;
   out << "# HELP kcoral_execute_requests_total POST /execute requests by outcome.\n"
       << "# TYPE kcoral_execute_requests_total counter\n";
@@ -57,6 +57,23 @@ std::string Metrics::render(const WorkerPool::Load& load, const BlobStore& blobs
       << "# HELP kcoral_blob_cache_blobs Blobs held by the blob cache.\n"
       << "# TYPE kcoral_blob_cache_blobs gauge\n"
       << "kcoral_blob_cache_blobs " << blobs.count() << "\n";
+  auto gauge = [&out](std::string_view name, std::string_view help, auto value) {
+    out << "# HELP " << name << " " << help << "\n# TYPE " << name << " gauge\n" << name << " " << value << "\n";
+  };
+  gauge("kcoral_blob_cache_files", "Memory files (descriptors) held by the blob cache.", blobs.files());
+  gauge("kcoral_blob_cache_max_bytes", "The blob cache's byte budget.", blobs.limits().bytes);
+  gauge("kcoral_blob_cache_max_blobs", "The blob cache's blob budget.", blobs.limits().blobs);
+  gauge("kcoral_blob_cache_max_files", "The blob cache's file (descriptor) budget.", blobs.limits().files);
+  gauge("kcoral_connections", "Open client connections.", front.connections);
+  gauge("kcoral_connections_max", "Connections served at once (--max-connections).", front.max_connections);
+  gauge("kcoral_inflight_bytes", "Request bytes held by requests in flight.", front.inflight_bytes);
+  gauge("kcoral_inflight_bytes_max", "The in-flight byte budget (--max-inflight-bytes).", front.max_inflight_bytes);
+  gauge("kcoral_open_descriptors", "Descriptors the front has open.", front.open_descriptors);
+  gauge("kcoral_descriptor_limit", "The front's descriptor limit (RLIMIT_NOFILE).", front.descriptor_limit);
+  out << "# HELP kcoral_guard_events_total What the front did to protect itself, by kind.\n"
+      << "# TYPE kcoral_guard_events_total counter\n";
+  for (std::size_t i = 0; i < kGuards.size(); ++i)
+    out << "kcoral_guard_events_total{event=\"" << kGuards[i] << "\"} " << guards_[i].load() << "\n";
   return out.str();
 }
 

@@ -1,7 +1,9 @@
 // Metrics: the counters behind GET /metrics, in the Prometheus text format.
 //
-// Requests by endpoint and outcome, a latency histogram of /execute, and the gauges the
-// pool and blob store report at render time. Thread-safe (atomics).
+// Requests by endpoint and outcome, a latency histogram of /execute, what the front did to
+// protect itself, and the gauges the pool, the blob store and the front (connections,
+// in-flight bytes, descriptors, with their limits) report at render time. Thread-safe
+// (atomics).
 #pragma once
 
 #include <array>
@@ -15,8 +17,31 @@
 
 namespace kcoral {
 
+// The front's own gauges, read at render time.
+struct FrontGauges {
+  std::size_t connections = 0;
+  std::size_t max_connections = 0;
+  std::uint64_t inflight_bytes = 0;
+  std::uint64_t max_inflight_bytes = 0;
+  std::size_t open_descriptors = 0;
+  std::uint64_t descriptor_limit = 0;
+};
+
 class Metrics {
  public:
+  // What the front did to protect itself, as label values.
+  enum class Guard {
+    over_connection_limit,  // answered 503 (or closed, past the overflow) for too many connections
+    accept_backoff,         // accept failed (out of descriptors, say): waited, then accepted again
+    idle_timeout,           // a kept-alive connection closed after waiting with no request
+    header_timeout,         // a header not complete in time
+    slow_body,              // a body slower than the minimum rate: 408
+    inflight_full,          // the in-flight byte budget could not take a request: 503
+  };
+  static constexpr std::array<std::string_view, 6> kGuards{"over_connection_limit", "accept_backoff",
+                                                           "idle_timeout",          "header_timeout",
+                                                           "slow_body",             "inflight_full"};
+
   // The outcomes of POST /execute, as label values.
   static constexpr std::array<std::string_view, 9> kOutcomes{
       "completed", "failed", "cache_miss", "rejected", "too_large", "busy", "timeout", "error", "other"};
@@ -25,7 +50,9 @@ class Metrics {
 
   void record_execute(std::string_view outcome, double seconds);
   void record_other_request() { other_requests_.fetch_add(1, std::memory_order_relaxed); }
-  [[nodiscard]] std::string render(const WorkerPool::Load& load, const BlobStore& blobs) const;
+  void record(Guard guard) { guards_[static_cast<std::size_t>(guard)].fetch_add(1, std::memory_order_relaxed); }
+  [[nodiscard]] std::string render(const WorkerPool::Load& load, const BlobStore& blobs,
+                                   const FrontGauges& front = {}) const;
 
  private:
   std::array<std::atomic<std::uint64_t>, kOutcomes.size()> outcomes_{};
@@ -33,6 +60,7 @@ class Metrics {
   std::atomic<std::uint64_t> count_{0};
   std::atomic<std::uint64_t> sum_microseconds_{0};
   std::atomic<std::uint64_t> other_requests_{0};
+  std::array<std::atomic<std::uint64_t>, kGuards.size()> guards_{};
 };
 
 }  // namespace kcoral

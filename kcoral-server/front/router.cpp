@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
+#include "descriptors.hpp"
 #include "kcoral/request_id.hpp"
 
 namespace kcoral {
@@ -45,6 +46,11 @@ std::string_view outcome_label(int http_status, std::string_view body_status) {
     case 504: return "timeout";
     default: return "error";
   }
+}
+
+FrontGauges front_gauges(const ServerState& state) {
+  return {state.connections.load(),       state.config.max_connections, state.inflight.used(),
+          state.inflight.limit(),         open_descriptors(),           state.descriptor_limit};
 }
 
 HttpResponse health(const HttpRequest& request, ServerState& state, const std::string& request_id) {
@@ -124,7 +130,7 @@ RouteResult route(const HttpRequest& request, ServerState& state) {
   if (target == "/metrics") {
     if (request.method() != http::verb::get) return method_not_allowed("GET");
     return {make_response({200, "text/plain; version=0.0.4; charset=utf-8",
-                           state.metrics.render(state.pool.load(), state.blobs)},
+                           state.metrics.render(state.pool.load(), state.blobs, front_gauges(state))},
                           request_id, version, keep_alive),
             nullptr};
   }

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "execute_job.hpp"
+#include "inflight_bytes.hpp"
 #include "kcoral/blob_store.hpp"
 #include "metrics.hpp"
 #include "server_config.hpp"
@@ -32,6 +33,9 @@ struct ServerState {
   std::string target_arch;  // "sm_90a" on a GPU server; empty on a CPU one
   std::atomic<bool> stopping{false};
   std::atomic<int> responses_pending{0};  // accepted programs whose answer is not yet written
+  std::uint64_t descriptor_limit = 0;
+  std::atomic<std::size_t> connections{0};  // HttpSessions alive
+  InflightBytes inflight{config.max_inflight_bytes};
 };
 
 struct RouteResult {

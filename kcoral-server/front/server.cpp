@@ -5,8 +5,10 @@
 #include <unistd.h>
 
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -16,6 +18,7 @@
 
 #include "kcoral/gpu_inventory.hpp"
 #include "kcoral/request_id.hpp"
+#include "descriptors.hpp"
 #include "executable_path.hpp"
 #include "listener.hpp"
 
@@ -109,12 +112,27 @@ int run_server(ServerConfig config) {
     pool_config.workers_per_group = config.workers_per_gpu;
   }
 
+  // Descriptors: what the connections, the cache and the workers may hold must fit.
+  std::uint64_t descriptor_limit = raise_descriptor_limit();
+  std::size_t workers = pool_config.groups.size() * (pool_config.workers_per_group + pool_config.context_inits_at_once);
+  DescriptorPlan plan =
+      plan_descriptors(descriptor_limit, config.max_connections, config.blob_cache_max_files, workers);
+  if (plan.max_connections == 0) {
+    std::fprintf(stderr, "kcoral-server: the descriptor limit of %llu is too low for %zu workers; raise it (ulimit -n)\n",
+                 static_cast<unsigned long long>(descriptor_limit), workers);
+    return 1;
+  }
+  if (!plan.adjusted.empty()) std::fprintf(stderr, "kcoral-server: %s\n", plan.adjusted.c_str());
+  config.max_connections = plan.max_connections;
+  config.blob_cache_max_files = plan.blob_cache_files;
+
   boost::asio::io_context io(static_cast<int>(config.io_threads));
-  BlobStore blobs(config.blob_cache_bytes);
+  BlobStore blobs({config.blob_cache_bytes, config.blob_cache_max_blobs, config.blob_cache_max_files});
   Metrics metrics;
   WorkerPool pool(io, pool_config);
   ServerState state{config, blobs, pool, metrics, new_request_id(), now_rfc3339(),
                     config.device == "gpu" ? pool_config.groups.size() : 0, target_arch};
+  state.descriptor_limit = descriptor_limit;
 
   if (auto started = pool.start(); !started) {
     std::fprintf(stderr, "kcoral-server: %s\n", started.error().message.c_str());
@@ -169,27 +187,59 @@ int run_server(ServerConfig config) {
               static_cast<unsigned>(*port), config.device.c_str(), pool.load().capacity, config.sandbox.c_str());
   std::fflush(stdout);
 
-  boost::asio::signal_set signals(io, SIGINT, SIGTERM);
-  boost::asio::steady_timer settle(io);
-  auto settle_deadline = std::chrono::steady_clock::now();
-  // After the pool drained: wait (bounded) until the last responses are written.
+  // A signal: refuse new programs, let running ones go on for the grace, then kill them
+  // (answered 503); when none runs, let the last responses be written, and stop. A second
+  // signal kills running programs at once and stops within a second.
+  // All of it on one strand.
+  auto control = boost::asio::make_strand(io);
+  boost::asio::signal_set signals(control, SIGINT, SIGTERM);
+  boost::asio::steady_timer grace(control);
+  boost::asio::steady_timer settle(control);
+  auto settle_deadline = std::chrono::steady_clock::now() + std::chrono::hours(24);
   std::function<void()> wait_for_responses = [&] {
     if (state.responses_pending.load() == 0 || std::chrono::steady_clock::now() > settle_deadline)
       return io.stop();
     settle.expires_after(std::chrono::milliseconds(10));
-    settle.async_wait([&](boost::system::error_code) { wait_for_responses(); });
-  };
-  signals.async_wait([&](boost::system::error_code ec, int signal) {
-    if (ec) return;
-    std::fprintf(stderr, "kcoral-server: %s: finishing running programs, refusing new ones\n",
-                 signal == SIGINT ? "SIGINT" : "SIGTERM");
-    state.stopping = true;
-    listener->stop();
-    pool.drain([&] {
-      settle_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-      wait_for_responses();
+    settle.async_wait([&](boost::system::error_code ec) {
+      if (!ec) wait_for_responses();  // a cancelled wait: another call took over
     });
-  });
+  };
+  auto stopped_programs = [](const std::string& why) {
+    return Error{ErrorKind::busy, "the server is shutting down: the program was stopped " + why};
+  };
+  std::function<void(boost::system::error_code, int)> on_signal = [&](boost::system::error_code ec, int signal) {
+    if (ec) return;
+    const char* name = signal == SIGINT ? "SIGINT" : "SIGTERM";
+    if (state.stopping.exchange(true)) {
+      std::fprintf(stderr, "kcoral-server: %s again: stopping now\n", name);
+      grace.cancel();
+      pool.abort_running(stopped_programs("by a second signal"));
+      settle_deadline = std::min(settle_deadline, std::chrono::steady_clock::now() + std::chrono::seconds(1));
+      wait_for_responses();
+      return;
+    }
+    std::fprintf(stderr,
+                 "kcoral-server: %s: refusing new programs; running ones may finish within %s (a second signal "
+                 "stops at once)\n",
+                 name, seconds_text(config.shutdown_grace_seconds).c_str());
+    listener->stop();
+    signals.async_wait(on_signal);
+    grace.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+        std::chrono::duration<double>(config.shutdown_grace_seconds)));
+    grace.async_wait([&](boost::system::error_code ec) {
+      if (ec) return;
+      std::fprintf(stderr, "kcoral-server: the shutdown grace is over: killing running programs\n");
+      pool.abort_running(stopped_programs("after the shutdown grace of " + seconds_text(config.shutdown_grace_seconds)));
+    });
+    pool.drain([&] {
+      boost::asio::post(control, [&] {
+        grace.cancel();
+        settle_deadline = std::min(settle_deadline, std::chrono::steady_clock::now() + std::chrono::seconds(60));
+        wait_for_responses();
+      });
+    });
+  };
+  signals.async_wait(on_signal);
   for (std::thread& thread : threads) thread.join();
   std::fprintf(stderr, "kcoral-server: stopped\n");
   return 0;

@@ -32,6 +32,18 @@ struct ServerConfig {
   std::uint64_t default_output_limit_bytes = 1ull << 20;
   std::uint64_t max_output_limit_bytes = 16ull << 20;
   std::uint64_t blob_cache_bytes = 4ull << 30;
+  std::size_t blob_cache_max_blobs = 65536;
+  std::size_t blob_cache_max_files = 4096;  // descriptors the cache may hold
+
+  // Clients (README: Limits). A request's memory, descriptors and time are bounded from
+  // its first byte, so that no client, however slow or many, can starve the others.
+  std::size_t max_connections = 4096;
+  std::uint64_t max_inflight_bytes = 1ull << 30;  // request bodies held at once, server-wide
+  double idle_timeout_seconds = 75;               // a kept-alive connection with no request
+  double header_timeout_seconds = 10;             // a request's first byte to its last header byte
+  std::uint64_t min_body_bytes_per_second = 16384;
+  double body_rate_window_seconds = 10;
+  double shutdown_grace_seconds = 30;
   std::size_t io_threads = 0;  // 0: from the core count
   std::string work_root;       // empty: $TMPDIR/kcoral-<pid>
   std::string worker_path;     // empty: kcoral-worker beside this binary

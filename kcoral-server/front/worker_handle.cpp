@@ -6,6 +6,7 @@
 #include <signal.h>
 
 #include <cstdio>
+#include <algorithm>
 #include <numeric>
 
 namespace kcoral {
@@ -24,22 +25,31 @@ double ms_between(WorkerHandle::Clock::time_point from, WorkerHandle::Clock::tim
 // a response that would not fit.
 bool worker_may_report(ErrorKind kind) { return is_program_kind(kind) || kind == ErrorKind::response_too_large; }
 
-// Sends a job's blobs, in batches under the descriptor limit, then its program.
+// Sends a job's blobs, then its program. Blobs that share a memfd (those of one request)
+// share its descriptor; a batch carries at most the descriptors one frame may.
 Status send_job(const Channel& channel, const ExecuteJob& job) {
   wire::Blobs batch;
   std::vector<int> fds;
   auto flush = [&]() -> Status {
-    if (fds.empty()) return {};
+    if (batch.digests.empty()) return {};
+    batch.file_count = fds.size();
     Status sent = wire::send(channel, batch, fds);
-    batch.digests.clear();
+    batch = {};
     fds.clear();
     return sent;
   };
   for (const auto& [digest, blob] : job.blobs) {
+    auto file = std::find(fds.begin(), fds.end(), blob.fd());
+    if (file == fds.end()) {
+      if (fds.size() == Channel::kMaxFds - 1)
+        if (auto status = flush(); !status) return status;
+      fds.push_back(blob.fd());
+      file = fds.end() - 1;
+    }
     batch.digests.push_back(digest);
-    fds.push_back(blob.fd());
-    if (fds.size() == Channel::kMaxFds - 1)
-      if (auto status = flush(); !status) return status;
+    batch.files.push_back(static_cast<std::uint64_t>(file - fds.begin()));
+    batch.offsets.push_back(blob.offset());
+    batch.sizes.push_back(blob.size());
   }
   if (auto status = flush(); !status) return status;
   return wire::send(channel, wire::Run{job.request_id, job.program_json, job.output_limit_bytes, job.max_binary_bytes});
@@ -323,6 +333,12 @@ void WorkerHandle::finish(Result<ProgramResult> result) {
 void WorkerHandle::discard() {
   kill_tree();
   job_.reset();
+  let_go();
+}
+
+void WorkerHandle::abort(const Error& error) {
+  kill_tree();
+  finish(std::unexpected(error));
   let_go();
 }
 

@@ -74,6 +74,8 @@ class WorkerHandle : public std::enable_shared_from_this<WorkerHandle> {
   void exited(const std::string& how);
   // Kills the process tree and lets the handle go (a running job is not answered).
   void discard();
+  // Kills the process tree; a running job is answered with `error`; the handle is let go.
+  void abort(const Error& error);
 
   [[nodiscard]] pid_t pid() const { return pid_; }
   [[nodiscard]] std::size_t group() const { return group_; }

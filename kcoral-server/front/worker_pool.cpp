@@ -98,6 +98,10 @@ void WorkerPool::drain(std::function<void()> drained) {
   });
 }
 
+void WorkerPool::abort_running(Error error) {
+  boost::asio::post(strand_, [this, error = std::move(error)] { supply_.abort_running(error); });
+}
+
 WorkerPool::Load WorkerPool::load() const {
   return {config_.workers_per_group * config_.groups.size(), running_count_.load(), waiting_count_.load()};
 }

@@ -63,6 +63,8 @@ class WorkerPool {
   // Refuses queued and new jobs, lets running ones finish, stops the workers, then calls
   // `drained` (on the strand).
   void drain(std::function<void()> drained);
+  // Kills the programs running now; each is answered with `error` (drain's end comes sooner).
+  void abort_running(Error error);
 
   [[nodiscard]] Load load() const;
   [[nodiscard]] std::map<std::string, std::string> versions() const;

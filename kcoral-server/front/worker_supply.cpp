@@ -113,4 +113,11 @@ void WorkerSupply::stop() {
   if (zygote_) zygote_->stop();
 }
 
+void WorkerSupply::abort_running(const Error& error) {
+  std::vector<WorkerPtr> running;  // abort() lets a worker go, which changes workers_
+  for (const auto& [pid, worker] : workers_)
+    if (worker->job()) running.push_back(worker);
+  for (const WorkerPtr& worker : running) worker->abort(error);
+}
+
 }  // namespace kcoral

@@ -60,6 +60,8 @@ class WorkerSupply {
   void stop_forking() { stopping_ = true; }
   // Kills every worker and ends the zygote.
   void stop();
+  // Kills the workers that run a program; each program is answered with `error`.
+  void abort_running(const Error& error);
 
  private:
   void on_forked(pid_t pid, UniqueFd channel);

@@ -3,6 +3,8 @@
 
 #include <sys/stat.h>
 
+#include <optional>
+
 #include "process_tree.hpp"
 #include "remote_lease.hpp"
 
@@ -29,9 +31,17 @@ std::optional<Job> next_job(Courier& courier) {
     auto received = courier.receive();
     if (!received) return std::nullopt;
     if (auto* blobs = std::get_if<wire::Blobs>(&received->message)) {
-      for (std::size_t i = 0; i < blobs->digests.size() && i < received->fds.size(); ++i) {
-        auto blob = Blob::from_fd(std::move(received->fds[i]));
-        if (blob) job.blobs.emplace(blobs->digests[i], std::move(*blob));
+      std::vector<std::optional<Blob>> files;  // each memfd mapped once
+      for (UniqueFd& fd : received->fds) {
+        auto file = Blob::from_fd(std::move(fd));
+        files.push_back(file ? std::optional<Blob>(std::move(*file)) : std::nullopt);
+      }
+      // A blob the front described wrongly stays absent: the program then fails on it.
+      for (std::size_t i = 0; i < blobs->digests.size(); ++i) {
+        if (i >= blobs->files.size() || i >= blobs->offsets.size() || i >= blobs->sizes.size()) break;
+        if (blobs->files[i] >= files.size() || !files[blobs->files[i]]) continue;
+        if (auto blob = files[blobs->files[i]]->slice(blobs->offsets[i], blobs->sizes[i]))
+          job.blobs.emplace(blobs->digests[i], std::move(*blob));
       }
     } else if (auto* run = std::get_if<wire::Run>(&received->message)) {
       job.run = std::move(*run);

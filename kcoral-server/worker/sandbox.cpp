@@ -114,7 +114,12 @@ std::vector<std::string> gpu_devices(const std::string& uuid) {
   return devices;
 }
 
+// Sets soft and hard limit to `value`, or to the hard limit the server was given where that
+// is lower (a process can only lower its hard limit).
 Status set_limit(int resource, std::uint64_t value, const char* name) {
+  rlimit current{};
+  if (::getrlimit(resource, &current) == 0 && current.rlim_max != RLIM_INFINITY)
+    value = std::min<std::uint64_t>(value, current.rlim_max);
   rlimit limit{static_cast<rlim_t>(value), static_cast<rlim_t>(value)};
   if (::setrlimit(resource, &limit) != 0) return system_error(std::string("setting the limit on ") + name);
   return {};

@@ -16,6 +16,7 @@ struct Blob::Mapping {
   UniqueFd fd;
   void* address = nullptr;
   std::size_t size = 0;
+  std::size_t parts = 1;
   ~Mapping() {
     if (address != nullptr) ::munmap(address, size);
   }
@@ -31,6 +32,10 @@ std::unexpected<Error> system_error(std::string_view what) {
 
 Result<UniqueFd> new_memfd() {
   UniqueFd fd(::memfd_create("kcoral-blob", MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  // Out of descriptors or memory: a condition of the moment, worth a retry.
+  if (!fd && (errno == EMFILE || errno == ENFILE || errno == ENOMEM))
+    return fail(ErrorKind::busy, std::string("no memory file for the blobs (") + std::strerror(errno) +
+                                     "); retry later");
   if (!fd) return system_error("memfd_create");
   return fd;
 }
@@ -84,9 +89,10 @@ Result<Blob> Blob::from_untrusted_fd(UniqueFd fd, std::uint64_t max_bytes) {
   return map(std::move(fd), static_cast<std::size_t>(info.st_size));
 }
 
-Result<Blob> Blob::map(UniqueFd fd, std::size_t size) {
+Result<Blob> Blob::map(UniqueFd fd, std::size_t size, std::size_t parts) {
   auto mapping = std::make_shared<Mapping>();
   mapping->size = size;
+  mapping->parts = parts;
   if (mapping->size > 0) {
     void* address = ::mmap(nullptr, mapping->size, PROT_READ, MAP_SHARED, fd.get(), 0);
     if (address == MAP_FAILED) return system_error("mapping a blob");
@@ -122,8 +128,15 @@ Status BlobBuilder::append(std::span<const std::byte> data) {
     if (!fd) return std::unexpected(fd.error());
     fd_ = std::move(*fd);
   }
+  static const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  if (data.size() >= page_align_from_ && end_ % page != 0) {
+    end_ += page - end_ % page;
+    if (::lseek(fd_.get(), static_cast<off_t>(end_), SEEK_SET) < 0) return system_error("aligning a blob");
+  }
   if (auto status = write_all(fd_.get(), data); !status) return status;
+  offsets_.push_back(end_);
   sizes_.push_back(data.size());
+  end_ += data.size();
   bytes_ += data.size();
   return {};
 }
@@ -132,15 +145,13 @@ Result<std::vector<Blob>> BlobBuilder::finish() {
   std::vector<Blob> parts;
   if (sizes_.empty()) return parts;
   if (auto status = seal(fd_.get()); !status) return std::unexpected(status.error());
-  auto whole = Blob::from_fd(std::move(fd_));
+  auto whole = Blob::map(std::move(fd_), end_, sizes_.size());
   if (!whole) return std::unexpected(whole.error());
-  std::size_t offset = 0;
-  for (std::size_t size : sizes_) {
-    parts.push_back(*whole->slice(offset, size));
-    offset += size;
-  }
+  for (std::size_t i = 0; i < sizes_.size(); ++i) parts.push_back(*whole->slice(offsets_[i], sizes_[i]));
+  offsets_.clear();
   sizes_.clear();
   bytes_ = 0;
+  end_ = 0;
   return parts;
 }
 
@@ -150,5 +161,9 @@ std::string_view Blob::view() const {
 }
 
 int Blob::fd() const { return mapping_ ? mapping_->fd.get() : -1; }
+
+std::size_t Blob::file_size() const { return mapping_ ? mapping_->size : 0; }
+
+std::size_t Blob::file_parts() const { return mapping_ ? mapping_->parts : 0; }
 
 }  // namespace kcoral

@@ -21,17 +21,60 @@ BlobStore::Pin::~Pin() {
   if (store_ != nullptr) store_->unpin(digests_);
 }
 
-BlobStore::BlobStore(std::size_t capacity_bytes) : capacity_bytes_(capacity_bytes) {}
+namespace {
+
+// A slice may keep this much of its memfd's other bytes alive in the cache; beyond it, the
+// cache keeps a copy of the slice alone.
+constexpr std::size_t kSharedFileSlack = std::size_t{1} << 20;
+
+// Cached blobs may share a memfd with blobs of other requests, and a memfd handed to a
+// program's process can be read whole. So the blobs of a memfd the program does not use
+// entirely are copied into one new memfd of its own.
+Status confine(BlobMap& blobs) {
+  std::unordered_map<int, std::size_t> used;  // parts of each memfd the program uses
+  for (const auto& [digest, blob] : blobs) ++used[blob.fd()];
+  BlobBuilder own(BlobBuilder::kMappableFrom);
+  std::vector<std::string> copied;
+  for (const auto& [digest, blob] : blobs) {
+    if (used[blob.fd()] == blob.file_parts()) continue;
+    if (auto status = own.append(blob.bytes()); !status) return status;
+    copied.push_back(digest);
+  }
+  auto copies = own.finish();
+  if (!copies) return std::unexpected(copies.error());
+  for (std::size_t i = 0; i < copied.size(); ++i) blobs[copied[i]] = std::move((*copies)[i]);
+  return {};
+}
+
+}  // namespace
+
+BlobStore::BlobStore(Limits limits) : limits_(limits) {}
 
 void BlobStore::put(const std::string& digest, Blob blob) {
+  {
+    std::lock_guard lock(mutex_);
+    if (auto it = entries_.find(digest); it != entries_.end()) {
+      touch_locked(it->second);
+      return;
+    }
+  }
+  if (blob.size() > limits_.bytes / 4) return;  // one blob must not flush the working set
+  if (blob.file_size() - blob.size() > std::max(blob.size(), kSharedFileSlack)) {
+    auto copy = Blob::copy_of(blob.bytes());
+    if (!copy) return;  // not kept; the request still has its own
+    blob = std::move(*copy);
+  }
   std::lock_guard lock(mutex_);
-  if (auto it = entries_.find(digest); it != entries_.end()) {
+  if (auto it = entries_.find(digest); it != entries_.end()) {  // stored meanwhile
     touch_locked(it->second);
     return;
   }
-  if (blob.size() > capacity_bytes_ / 4) return;  // one blob must not flush the working set
+  File& file = files_[blob.fd()];
+  if (file.blobs++ == 0) {
+    file.bytes = blob.file_size();
+    size_bytes_ += file.bytes;
+  }
   lru_.push_front(digest);
-  size_bytes_ += blob.size();
   entries_.emplace(digest, Entry{std::move(blob), 0, lru_.begin()});
   evict_locked();
 }
@@ -76,6 +119,8 @@ Result<BlobStore::Resolution> BlobStore::resolve(const Program& program, BlobMap
                                         "but its blob holds " + std::to_string(it->second.size()));
   }
 
+  if (auto confined = confine(resolution.blobs); !confined) return std::unexpected(confined.error());
+
   std::lock_guard lock(mutex_);
   resolution.pin.store_ = this;
   for (const auto& [digest, blob] : resolution.blobs) {
@@ -97,6 +142,11 @@ std::size_t BlobStore::count() const {
   return entries_.size();
 }
 
+std::size_t BlobStore::files() const {
+  std::lock_guard lock(mutex_);
+  return files_.size();
+}
+
 void BlobStore::unpin(const std::vector<std::string>& digests) {
   std::lock_guard lock(mutex_);
   for (const std::string& digest : digests) {
@@ -108,14 +158,26 @@ void BlobStore::unpin(const std::vector<std::string>& digests) {
 
 void BlobStore::touch_locked(Entry& entry) { lru_.splice(lru_.begin(), lru_, entry.lru); }
 
+bool BlobStore::over_budget_locked() const {
+  return size_bytes_ > limits_.bytes || entries_.size() > limits_.blobs || files_.size() > limits_.files;
+}
+
+void BlobStore::erase_locked(std::unordered_map<std::string, Entry>::iterator entry) {
+  auto file = files_.find(entry->second.blob.fd());
+  if (--file->second.blobs == 0) {
+    size_bytes_ -= file->second.bytes;
+    files_.erase(file);
+  }
+  entries_.erase(entry);
+}
+
 void BlobStore::evict_locked() {
   auto it = lru_.end();
-  while (size_bytes_ > capacity_bytes_ && it != lru_.begin()) {
+  while (over_budget_locked() && it != lru_.begin()) {
     --it;
     auto entry = entries_.find(*it);
     if (entry->second.pins > 0) continue;
-    size_bytes_ -= entry->second.blob.size();
-    entries_.erase(entry);
+    erase_locked(entry);
     it = lru_.erase(it);
   }
 }

@@ -1,6 +1,8 @@
 // The CPU device: tensors are numpy arrays over a private copy-on-write mapping of the
-// uploaded blob, so uploads are not copied and programs may still write to them.
+// uploaded blob (private_buffer), so uploads are not copied and programs may still write
+// to them.
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "device.hpp"
 
@@ -17,7 +19,7 @@ class CpuDevice final : public Device {
     PyRef shape = KCORAL_PY_CHECK(PyList_New(0));
     for (std::int64_t extent : upload.shape)
       KCORAL_PY_CHECK(PyList_Append(shape.get(), PyRef::steal(PyLong_FromLongLong(extent)).get()));
-    PyRef buffer = blob.size() == 0 ? PyRef::borrow(Py_None) : private_mapping(blob);
+    PyRef buffer = private_buffer(blob);
     std::string dtype(to_wire(upload.dtype));
     return KCORAL_PY_CHECK(PyObject_CallMethod(support_.get(), "make_tensor", "Os#O", buffer.get(),
                                                dtype.data(), static_cast<Py_ssize_t>(dtype.size()),
@@ -36,17 +38,22 @@ class CpuDevice final : public Device {
   Status synchronize() override { return {}; }
 
  private:
-  // mmap.mmap(fd, 0, MAP_PRIVATE, PROT_READ | PROT_WRITE): writes stay in this process.
-  PyRef private_mapping(const Blob& blob) {
-    PyRef mmap_module = KCORAL_PY_CHECK(PyImport_ImportModule("mmap"));
-    return KCORAL_PY_CHECK(PyObject_CallMethod(mmap_module.get(), "mmap", "inii", blob.fd(), 0,
-                                               MAP_PRIVATE, PROT_READ | PROT_WRITE));
-  }
-
   PyRef support_;
 };
 
 }  // namespace
+
+python::PyRef private_buffer(const Blob& blob) {
+  if (blob.size() == 0) return PyRef::borrow(Py_None);
+  if (blob.offset() % static_cast<std::size_t>(::sysconf(_SC_PAGESIZE)) != 0)
+    return KCORAL_PY_CHECK(PyByteArray_FromStringAndSize(blob.view().data(), static_cast<Py_ssize_t>(blob.size())));
+  // mmap.mmap(fd, size, MAP_PRIVATE, PROT_READ | PROT_WRITE, ACCESS_DEFAULT, offset):
+  // writes stay in this process.
+  PyRef mmap_module = KCORAL_PY_CHECK(PyImport_ImportModule("mmap"));
+  return KCORAL_PY_CHECK(PyObject_CallMethod(mmap_module.get(), "mmap", "iniiiL", blob.fd(),
+                                             static_cast<Py_ssize_t>(blob.size()), MAP_PRIVATE,
+                                             PROT_READ | PROT_WRITE, 0, static_cast<long long>(blob.offset())));
+}
 
 std::unique_ptr<Device> make_cpu_device(PyObject* support) {
   return std::make_unique<CpuDevice>(support);

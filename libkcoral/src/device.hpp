@@ -56,6 +56,11 @@ class Device {
   }
 };
 
+// A private, writable buffer with a blob's bytes, for a tensor: a copy-on-write mapping
+// of its range where that starts on a page (a whole memfd, or a large part of a request's,
+// which are page-aligned), else a copy (small parts); None when the blob is empty.
+[[nodiscard]] python::PyRef private_buffer(const Blob& blob);
+
 // `support` is the executor's Python helper module (_kcoral_executor).
 [[nodiscard]] std::unique_ptr<Device> make_cpu_device(PyObject* support);
 // Fails (unavailable) in a build without CUDA, or without a usable GPU.

@@ -41,7 +41,6 @@ Result<ExecuteRequest> parse_execute_request(std::string_view content_type, std:
   if (!program) return std::unexpected(program.error());
 
   std::unordered_set<std::string_view> referenced(program->blobs().begin(), program->blobs().end());
-  ExecuteRequest request{std::move(*program), std::string(program_part->data), {}};
   for (auto& [digest, part] : blob_parts) {
     if (!referenced.contains(digest))
       return fail(ErrorKind::parse, "blob " + digest + " is not referenced by any instruction");
@@ -49,10 +48,16 @@ Result<ExecuteRequest> parse_execute_request(std::string_view content_type, std:
     if (actual != digest)
       return fail(ErrorKind::parse, "blob part " + digest + " does not match its content (SHA-256 " +
                                         actual + ")");
-    auto blob = Blob::copy_of(part->data);
-    if (!blob) return std::unexpected(blob.error());
-    request.blobs.emplace(std::move(digest), std::move(*blob));
   }
+  // All of the request's blobs in one memfd: one descriptor however many there are.
+  BlobBuilder file(BlobBuilder::kMappableFrom);
+  for (const auto& [digest, part] : blob_parts)
+    if (auto status = file.append(part->data); !status) return std::unexpected(status.error());
+  auto blobs = file.finish();
+  if (!blobs) return std::unexpected(blobs.error());
+  ExecuteRequest request{std::move(*program), std::string(program_part->data), {}};
+  for (std::size_t i = 0; i < blob_parts.size(); ++i)
+    request.blobs.emplace(std::move(blob_parts[i].first), std::move((*blobs)[i]));
   return request;
 }
 

@@ -1,9 +1,12 @@
 // BlobStore (libkcoral/src/blob_store.cpp): the content-addressed cache. LRU eviction by
-// bytes, get() refreshing recency, blobs over a quarter of the budget used but not kept,
-// pins that keep a running program's blobs from eviction, and resolve(): supplied blobs
-// stored, the missing ones listed in first-use order, tensor byte counts checked.
+// bytes, blobs and files (a request's slices sharing one memfd, charged once), get()
+// refreshing recency, blobs over a quarter of the budget used but not kept, pins that keep
+// a running program's blobs from eviction, and resolve(): supplied blobs stored, the
+// missing ones listed in first-use order, tensor byte counts checked, and no memfd handed
+// out that holds blobs the program did not reference.
 #include <doctest/doctest.h>
 
+#include <set>
 #include <thread>
 
 #include "kcoral/blob_store.hpp"
@@ -39,6 +42,17 @@ kcoral::Program program_of(const std::vector<std::string>& datas) {
 kcoral::BlobMap supplied(const std::vector<std::string>& datas) {
   kcoral::BlobMap map;
   for (const std::string& data : datas) map.emplace(kcoral::sha256_hex(data), blob_of(data));
+  return map;
+}
+
+// The datas as slices of one memfd, as a request's blobs arrive.
+kcoral::BlobMap one_file(const std::vector<std::string>& datas) {
+  kcoral::BlobBuilder builder;
+  for (const std::string& data : datas) REQUIRE(builder.append(data).has_value());
+  auto parts = builder.finish();
+  REQUIRE(parts.has_value());
+  kcoral::BlobMap map;
+  for (std::size_t i = 0; i < datas.size(); ++i) map.emplace(kcoral::sha256_hex(datas[i]), (*parts)[i]);
   return map;
 }
 
@@ -206,6 +220,72 @@ TEST_CASE("resolve checks that a tensor blob holds prod(shape) x itemsize bytes"
   auto missing = store.resolve(tensor_program(std::string(8, 'm'), {2}), {});
   REQUIRE(missing.has_value());
   CHECK(missing->missing.size() == 1);
+}
+
+TEST_CASE("slices of one memfd are kept with one descriptor and charged for the whole file once") {
+  kcoral::BlobStore store(1000);
+  std::vector<std::string> datas;
+  for (char c : {'a', 'b', 'c', 'd'}) datas.push_back(std::string(10, c));
+  auto resolved = store.resolve(program_of(datas), one_file(datas));
+  REQUIRE(resolved.has_value());
+  CHECK(store.count() == 4);
+  CHECK(store.files() == 1);
+  CHECK(store.size_bytes() == 40);
+  // The program used the whole file: it is handed out as it is.
+  std::set<int> fds;
+  for (const auto& [digest, blob] : resolved->blobs) fds.insert(blob.fd());
+  CHECK(fds.size() == 1);
+}
+
+TEST_CASE("the file budget bounds the descriptors the cache holds") {
+  kcoral::BlobStore store({.bytes = 1 << 20, .blobs = 1000, .files = 3});
+  for (int i = 0; i < 10; ++i) put(store, "blob " + std::to_string(i));
+  CHECK(store.files() == 3);
+  CHECK(store.count() == 3);
+  CHECK(has(store, "blob 9"));
+  CHECK_FALSE(has(store, "blob 6"));
+  // Many blobs of one request take one file.
+  std::vector<std::string> datas;
+  for (int i = 0; i < 500; ++i) datas.push_back("shared " + std::to_string(i));
+  REQUIRE(store.resolve(program_of(datas), one_file(datas)).has_value());
+  CHECK(store.files() <= 3);
+  CHECK(store.count() >= 500);
+}
+
+TEST_CASE("the blob budget bounds the entries") {
+  kcoral::BlobStore store({.bytes = 1 << 20, .blobs = 5, .files = 1000});
+  std::vector<std::string> datas;
+  for (int i = 0; i < 50; ++i) datas.push_back("many " + std::to_string(i));
+  REQUIRE(store.resolve(program_of(datas), one_file(datas)).has_value());
+  // Pinned while the resolution lived, released now: back within the budget.
+  CHECK(store.count() <= 5);
+  CHECK(store.files() == 1);
+}
+
+TEST_CASE("a program never gets a memfd that holds blobs it did not reference") {
+  kcoral::BlobStore store(1 << 20);
+  std::string secret = "another client's secret";
+  std::string shared = "a blob both clients know";
+  REQUIRE(store.resolve(program_of({secret, shared}), one_file({secret, shared})).has_value());
+  auto resolved = store.resolve(program_of({shared}), {});
+  REQUIRE(resolved.has_value());
+  REQUIRE(resolved->missing.empty());
+  const kcoral::Blob& blob = resolved->blobs.at(kcoral::sha256_hex(shared));
+  CHECK(blob.view() == shared);
+  CHECK(blob.file_size() == shared.size());  // its own copy: the secret is not behind its descriptor
+  CHECK(blob.offset() == 0);
+}
+
+TEST_CASE("a small slice of a large file is kept as a copy, not by keeping the file alive") {
+  kcoral::BlobStore store(std::size_t{64} << 20);
+  std::string large(std::size_t{3} << 20, 'L');  // over the 1 MiB slack, under a quarter of the budget
+  std::string small = "small";
+  auto request = one_file({large, small});
+  store.put(kcoral::sha256_hex(small), request.at(kcoral::sha256_hex(small)));
+  CHECK(store.size_bytes() == small.size());
+  auto kept = store.get(kcoral::sha256_hex(small));
+  REQUIRE(kept.has_value());
+  CHECK(kept->file_size() == small.size());
 }
 
 TEST_CASE("concurrent puts and gets keep the store consistent") {

@@ -172,4 +172,23 @@ TEST_CASE("BlobBuilder puts every part, empty ones too, behind one sealed memfd,
   CHECK(again->view() == "firstthird");
 }
 
+TEST_CASE("BlobBuilder can start large parts on a page, so that they map on their own") {
+  kcoral::BlobBuilder builder(kcoral::BlobBuilder::kMappableFrom);
+  const std::string large(kcoral::BlobBuilder::kMappableFrom, 'L');
+  REQUIRE(builder.append(std::string_view("small")).has_value());
+  REQUIRE(builder.append(large).has_value());
+  REQUIRE(builder.append(std::string_view("tail")).has_value());
+  CHECK(builder.bytes() == 9 + large.size());
+  auto parts = builder.finish();
+  REQUIRE(parts.has_value());
+  const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  CHECK((*parts)[0].offset() == 0);
+  CHECK((*parts)[1].offset() == page);
+  CHECK((*parts)[1].view() == large);
+  CHECK((*parts)[2].offset() == page + large.size());  // small parts are packed
+  CHECK((*parts)[2].view() == "tail");
+  CHECK((*parts)[0].file_parts() == 3);
+  CHECK((*parts)[0].file_size() == page + large.size() + 4);
+}
+
 }  // TEST_SUITE

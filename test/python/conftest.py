@@ -47,8 +47,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 def _server_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., Server]]:
     started: list[Server] = []
 
-    def start(*flags: str) -> Server:
-        instance = Server(tmp_path_factory.mktemp("extra-server"), list(flags))
+    def start(*flags: str, descriptor_limit: int | None = None) -> Server:
+        instance = Server(tmp_path_factory.mktemp("extra-server"), list(flags), descriptor_limit)
         started.append(instance)
         return instance
 

@@ -43,25 +43,37 @@ class Blob {
   [[nodiscard]] int fd() const;
   // Where the blob starts in that memfd (0 unless a slice).
   [[nodiscard]] std::size_t offset() const { return offset_; }
+  // The size of that whole memfd: the memory this blob keeps alive.
+  [[nodiscard]] std::size_t file_size() const;
+  // How many blobs that memfd was made of (BlobBuilder's parts; 1 otherwise).
+  [[nodiscard]] std::size_t file_parts() const;
   // `size` bytes from `offset` of this blob, sharing its mapping; nullopt when out of range.
   [[nodiscard]] std::optional<Blob> slice(std::size_t offset, std::size_t size) const;
 
  private:
+  friend class BlobBuilder;
   struct Mapping;
-  static Result<Blob> map(UniqueFd fd, std::size_t size);
+  static Result<Blob> map(UniqueFd fd, std::size_t size, std::size_t parts = 1);
   std::shared_ptr<const Mapping> mapping_;
   std::size_t offset_ = 0;
   std::size_t size_ = 0;
 };
 
 // BlobBuilder: many byte strings appended to one memfd, then sealed and handed out as
-// slices of it, in order: one descriptor for all the parts of a result however many there
-// are. Not thread-safe.
+// slices of it, in order: one descriptor for all the parts of a request or a result however
+// many there are. Parts of at least `page_align_from` bytes start on a page boundary, so
+// that a process can map them on their own (the gap is a hole: no memory); the others are
+// packed back to back. Not thread-safe.
 //   kcoral::BlobBuilder parts;
 //   parts.append(bytes);                 // Status
 //   auto blobs = parts.finish();         // Result<std::vector<Blob>>
 class BlobBuilder {
  public:
+  static constexpr std::size_t kPacked = SIZE_MAX;
+  // Parts at least this large are page-aligned when the builder is asked to.
+  static constexpr std::size_t kMappableFrom = std::size_t{64} << 10;
+  explicit BlobBuilder(std::size_t page_align_from = kPacked) : page_align_from_(page_align_from) {}
+
   [[nodiscard]] Status append(std::span<const std::byte> data);
   [[nodiscard]] Status append(std::string_view data);
   [[nodiscard]] std::size_t count() const { return sizes_.size(); }
@@ -70,9 +82,12 @@ class BlobBuilder {
   [[nodiscard]] Result<std::vector<Blob>> finish();
 
  private:
+  std::size_t page_align_from_;
   UniqueFd fd_;
+  std::vector<std::size_t> offsets_;
   std::vector<std::size_t> sizes_;
-  std::uint64_t bytes_ = 0;
+  std::uint64_t bytes_ = 0;  // appended: the parts' sizes
+  std::size_t end_ = 0;      // of the file, holes included
 };
 
 }  // namespace kcoral

@@ -1,16 +1,24 @@
-// BlobStore: the server's content-addressed blob cache, with a byte budget (LRU) and pins.
+// BlobStore: the server's content-addressed blob cache, with pins and three budgets (LRU):
+// bytes, blobs, and files (open descriptors).
 //
-// Blobs are keyed by their SHA-256. A program's blobs are pinned while it runs, so a later
-// request that names the same digests finds them even under memory pressure. When every
-// entry is pinned the store may exceed its budget until the pins go. A blob larger than a
-// quarter of the budget is used for its request but not kept. Thread-safe.
+// Blobs are keyed by their SHA-256. A request's blobs arrive as slices of one memfd, and
+// the store keeps them so: many cached blobs may share one descriptor. Its byte count is
+// that of the distinct memfds it holds, whole, so a kept slice is charged for the file it
+// keeps alive; a small slice of a much larger file is copied into its own memfd when kept
+// instead. The file budget bounds the descriptors the cache holds, whatever the uploads
+// (every cached memfd is one open descriptor), and the blob budget bounds its bookkeeping.
+// A program's blobs are pinned while it runs, so a later request that names the same
+// digests finds them even under pressure; when every entry is pinned the store may exceed
+// its budgets until the pins go. A blob larger than a quarter of the byte budget is used
+// for its request but not kept. Thread-safe.
 //
-//   kcoral::BlobStore store(1ull << 30);
+//   kcoral::BlobStore store({.bytes = 1ull << 30, .blobs = 65536, .files = 4096});
 //   auto resolved = store.resolve(program, std::move(supplied));
 //   if (resolved && resolved->missing.empty()) run(program, resolved->blobs);
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <list>
 #include <mutex>
 #include <optional>
@@ -51,7 +59,14 @@ class BlobStore {
     Pin pin;
   };
 
-  explicit BlobStore(std::size_t capacity_bytes);
+  struct Limits {
+    std::size_t bytes = 0;
+    std::size_t blobs = SIZE_MAX;
+    std::size_t files = SIZE_MAX;
+  };
+
+  explicit BlobStore(Limits limits);
+  explicit BlobStore(std::size_t capacity_bytes) : BlobStore(Limits{capacity_bytes}) {}
   BlobStore(const BlobStore&) = delete;
   BlobStore& operator=(const BlobStore&) = delete;
 
@@ -59,12 +74,17 @@ class BlobStore {
   [[nodiscard]] std::optional<Blob> get(const std::string& digest);
 
   // Stores the supplied blobs, then finds every blob the program references. Fails with
-  // `parse` when a tensor's blob does not hold exactly prod(shape) x itemsize bytes.
+  // `parse` when a tensor's blob does not hold exactly prod(shape) x itemsize bytes. The
+  // blobs returned share no memfd with bytes the program does not reference (those of a
+  // memfd it uses only in part are copied into one of its own), so each memfd may be
+  // handed to the program's process whole.
   [[nodiscard]] Result<Resolution> resolve(const Program& program, BlobMap supplied);
 
-  [[nodiscard]] std::size_t size_bytes() const;
-  [[nodiscard]] std::size_t count() const;
-  [[nodiscard]] std::size_t capacity_bytes() const { return capacity_bytes_; }
+  [[nodiscard]] std::size_t size_bytes() const;  // of the distinct memfds held
+  [[nodiscard]] std::size_t count() const;       // blobs
+  [[nodiscard]] std::size_t files() const;       // distinct memfds (descriptors) held
+  [[nodiscard]] const Limits& limits() const { return limits_; }
+  [[nodiscard]] std::size_t capacity_bytes() const { return limits_.bytes; }
 
  private:
   struct Entry {
@@ -72,13 +92,20 @@ class BlobStore {
     std::size_t pins = 0;
     std::list<std::string>::iterator lru;  // position in lru_ (front = most recent)
   };
+  struct File {
+    std::size_t bytes = 0;  // the whole memfd
+    std::size_t blobs = 0;  // entries that share it
+  };
   void unpin(const std::vector<std::string>& digests);
   void touch_locked(Entry& entry);
   void evict_locked();
+  [[nodiscard]] bool over_budget_locked() const;
+  void erase_locked(std::unordered_map<std::string, Entry>::iterator entry);
 
-  const std::size_t capacity_bytes_;
+  const Limits limits_;
   mutable std::mutex mutex_;
   std::unordered_map<std::string, Entry> entries_;
+  std::unordered_map<int, File> files_;  // by descriptor: unique while an entry holds it open
   std::list<std::string> lru_;
   std::size_t size_bytes_ = 0;
 };

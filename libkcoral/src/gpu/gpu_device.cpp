@@ -1,7 +1,6 @@
 // The GPU device: CUDA torch tensors with one host-to-device copy, TVM FFI libraries,
 // draining through the driver API, and CUPTI watches over cpu_only calls.
 #include <dlfcn.h>
-#include <sys/mman.h>
 
 #include "device.hpp"
 #include "gpu/cuda_api.hpp"
@@ -36,12 +35,7 @@ class GpuDevice final : public Device {
     PyRef shape = KCORAL_PY_CHECK(PyList_New(0));
     for (std::int64_t extent : upload.shape)
       KCORAL_PY_CHECK(PyList_Append(shape.get(), PyRef::steal(PyLong_FromLongLong(extent)).get()));
-    PyRef buffer = PyRef::borrow(Py_None);
-    if (blob.size() > 0) {
-      PyRef mmap_module = KCORAL_PY_CHECK(PyImport_ImportModule("mmap"));
-      buffer = KCORAL_PY_CHECK(PyObject_CallMethod(mmap_module.get(), "mmap", "inii", blob.fd(), 0,
-                                                   MAP_PRIVATE, PROT_READ | PROT_WRITE));
-    }
+    PyRef buffer = private_buffer(blob);
     std::string dtype(to_wire(upload.dtype));
     return KCORAL_PY_CHECK(PyObject_CallMethod(support_.get(), "make_cuda_tensor", "Os#O", buffer.get(),
                                                dtype.data(), static_cast<Py_ssize_t>(dtype.size()),

@@ -28,7 +28,7 @@ std::vector<wire::Message> one_of_each() {
           wire::Forked{4242},
           wire::Exited{4242, std::nullopt, 9},
           wire::ZygoteFailed{"no python"},
-          wire::Blobs{{"aa", "bb"}},
+          wire::Blobs{{"aa", "bb"}, {0, 0}, {0, 5}, {5, 3}, 1},
           wire::Run{"rid", R"({"instructions":[]})", 77, 88},
           wire::LeaseGranted{},
           wire::Ready{},
@@ -95,8 +95,8 @@ TEST_CASE("the wire names are unique and name their message") {
     CHECK(wire::encode(message).find(R"("type":")" + std::string(wire::name_of(message)) + "\"") != std::string::npos);
 }
 
-TEST_CASE("descriptor counts: blobs one per digest, forked one, a result with parts one") {
-  CHECK(wire::descriptor_count(wire::Blobs{{"a", "b", "c"}}) == 3);
+TEST_CASE("descriptor counts: blobs their file count, forked one, a result with parts one") {
+  CHECK(wire::descriptor_count(wire::Blobs{{"a", "b", "c"}, {0, 1, 1}, {0, 0, 4}, {1, 4, 4}, 2}) == 2);
   CHECK(wire::descriptor_count(wire::Forked{2}) == 1);
   CHECK(wire::descriptor_count(wire::Result{}) == 0);
   wire::Result with_parts;
@@ -146,7 +146,7 @@ TEST_CASE("an unknown field is refused, at the top and inside the error") {
 
 TEST_CASE("a message with other than its own descriptors is refused") {
   CHECK(refusal(R"({"type":"ready"})", 1) == "a 'ready' message came with 1 descriptors instead of 0");
-  CHECK(refusal(R"({"type":"blobs","digests":["a","b"]})", 1).find("instead of 2") != std::string::npos);
+  CHECK(refusal(R"({"type":"blobs","digests":["a","b"],"files":[0,1],"offsets":[0,0],"sizes":[1,1],"file_count":2})", 1).find("instead of 2") != std::string::npos);
   CHECK(refusal(R"({"type":"forked","pid":5})", 0).find("instead of 1") != std::string::npos);
   std::string result = wire::encode(wire::Result{false, "{}", "", false, "", false, 0, {4}, std::nullopt});
   CHECK(refusal(result, 0).find("instead of 1") != std::string::npos);

@@ -116,7 +116,7 @@ TEST_CASE("messages go both ways with their descriptors, reopened across the tab
   Started s = start();
   auto blob = memfd_with("blob bytes");
   int blob_fd = blob.get();
-  REQUIRE(wire::send(s.front, wire::Blobs{{"digest"}}, std::span<const int>(&blob_fd, 1)).has_value());
+  REQUIRE(wire::send(s.front, wire::Blobs{{"digest"}, {0}, {0}, {10}, 1}, std::span<const int>(&blob_fd, 1)).has_value());
   REQUIRE(wire::send(s.front, wire::LeaseGranted{}).has_value());
   auto blobs = s.courier->receive();
   REQUIRE_MESSAGE(blobs.has_value(), blobs.error().message);

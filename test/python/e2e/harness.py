@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import queue
 import re
+import resource
 import signal
 import subprocess
 import sys
@@ -111,13 +112,19 @@ class Server:
     ``server.get("/health")``; ``stop()`` returns the exit code after the leftover checks.
     """
 
-    def __init__(self, directory: Path, flags: list[str]) -> None:
+    def __init__(self, directory: Path, flags: list[str], descriptor_limit: int | None = None) -> None:
+        """``descriptor_limit``: the server's RLIMIT_NOFILE, soft and hard."""
         self.work_root = directory / "work"
         self.log_path = directory / "server.stderr"
         self.args = [server_binary(), "--port", "0", "--work-root", str(self.work_root), *flags]
         self._log = open(self.log_path, "wb")
+
+        def limit_descriptors() -> None:
+            if descriptor_limit is not None:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (descriptor_limit, descriptor_limit))
+
         self.process = subprocess.Popen(self.args, stdout=subprocess.PIPE, stderr=self._log,
-                                        stdin=subprocess.DEVNULL)
+                                        stdin=subprocess.DEVNULL, preexec_fn=limit_descriptors)
         self.stdout_lines: list[str] = []
         self.exit_code: int | None = None
         lines: queue.Queue[str | None] = queue.Queue()

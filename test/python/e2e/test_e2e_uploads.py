@@ -112,6 +112,29 @@ def test_tensor_writes_stay_private_to_the_program(server):
         assert (result["tensor"] == 7).all()
 
 
+def test_tensors_sharing_a_request_are_intact_and_private(server):
+    # One request's blobs share one memfd: the small tensors sit unaligned in it (copied
+    # for the program), the large one page-aligned (mapped copy-on-write).
+    small = np.arange(3, dtype=np.int16)
+    large = np.arange(300_000, dtype=np.float32)
+    odd = np.arange(7, dtype=np.uint8)
+    for _ in range(2):  # the second time from the cache
+        program = Program()
+        tensors = [program.upload(kind="tensor", value=value) for value in (small, large, odd)]
+        module = program.upload(id="inspect", kind="module", source=INSPECT)
+        describe = program.get_function(id="describe", module=module, name="describe")
+        poke = program.get_function(id="poke", module=module, name="poke")
+        for i, tensor in enumerate(tensors):
+            program.return_(key=f"before{i}", value=program.run(fn=describe, args=[tensor]))
+            program.run(fn=poke, args=[tensor])
+            program.return_(key=f"after{i}", value=tensor)
+        result = server.execute(program).raise_for_error()
+        for i, value in enumerate((small, large, odd)):
+            assert result[f"before{i}"]["sum"] == float(value.astype(np.float64).sum())
+            assert result[f"before{i}"]["writeable"]
+            assert (result[f"after{i}"] == 7).all()
+
+
 def test_empty_tensor(server):
     def upload(program):
         return program.upload(id="t", kind="tensor", value=np.zeros((0, 5), dtype=np.int32))

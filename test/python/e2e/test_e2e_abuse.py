@@ -1,0 +1,297 @@
+"""The front under abuse: descriptors, memory, slow clients and shutdown are bounded.
+
+Each test plays one abusive client against a real server with small limits, then checks
+that the server refused it the documented way and went on serving everyone else:
+
+- many blobs take few descriptors (one memfd per request; the cache bounded in files and
+  blobs), and under a low descriptor limit the server lowers its own bounds and keeps
+  answering /health;
+- past --max-connections, /health still answers and /execute gets 503;
+- a chunked body is refused as soon as it passes --max-request-bytes;
+- the in-flight byte budget turns away what does not fit with 503 and Retry-After;
+- slow senders: an idle connection, a header and a body under the minimum rate are cut;
+- shutdown: running programs are killed and answered 503 after the grace, and a second
+  signal stops the server at once.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import threading
+import time
+
+import pytest
+from kcoral import Program
+
+from e2e.harness import wait_until
+from e2e.programs import call
+
+MiB = 1 << 20
+
+
+def many_blobs(count: int, tag: str) -> Program:
+    """A program that uploads `count` distinct small byte blobs and returns the last."""
+    program = Program()
+    value = None
+    for i in range(count):
+        value = program.upload(kind="bytes", value=f"{tag} blob {i}".encode())
+    program.return_(key="out", value=value)
+    return program
+
+
+def connect(server, timeout_s: float = 10) -> socket.socket:
+    return socket.create_connection((server.host, server.port), timeout=timeout_s)
+
+
+def read_response(sock: socket.socket) -> bytes:
+    """Everything the server sends until it closes the connection."""
+    data = b""
+    try:
+        while chunk := sock.recv(65536):
+            data += chunk
+    except ConnectionResetError:
+        pass
+    return data
+
+
+def status_of(response: bytes) -> int:
+    return int(response.split(b" ", 2)[1]) if response.startswith(b"HTTP/1.1 ") else 0
+
+
+def closed_within(sock: socket.socket, seconds: float) -> float | None:
+    """Seconds until the server closed `sock` (reading whatever it sent), or None."""
+    started = time.monotonic()
+    sock.settimeout(seconds)
+    try:
+        while sock.recv(65536):
+            pass
+    except ConnectionResetError:
+        pass
+    except TimeoutError:
+        return None
+    return time.monotonic() - started
+
+
+# -- descriptors ------------------------------------------------------------------------------
+
+
+def test_many_blobs_take_few_descriptors_and_the_cache_keeps_its_file_budget(start_server):
+    server = start_server("--num-workers", "2", "--blob-cache-max-files", "8", "--blob-cache-max-blobs", "3000")
+    baseline = server.metric("kcoral_open_descriptors")
+    for tag in ("first", "second", "third"):  # 6,000 blobs in all
+        assert server.execute(many_blobs(2000, tag)).raise_for_error()["out"] == f"{tag} blob 1999".encode()
+    for i in range(30):  # one file per request
+        assert server.execute(many_blobs(1, f"single {i}")).raise_for_error()["out"] == f"single {i} blob 0".encode()
+    assert server.metric("kcoral_blob_cache_files") <= 8
+    assert server.metric("kcoral_blob_cache_blobs") <= 3000
+    assert server.metric("kcoral_blob_cache_max_files") == 8
+    assert server.metric("kcoral_open_descriptors") < baseline + 40
+    # A program that names cached blobs of a request it shares only in part still runs.
+    result = server.execute(many_blobs(2000, "third"))
+    assert result.raise_for_error()["out"] == b"third blob 1999"
+
+
+def test_a_low_descriptor_limit_lowers_the_bounds_and_health_keeps_answering(start_server):
+    server = start_server("--num-workers", "2", descriptor_limit=400)
+    assert "lowered --max-connections" in server.stderr_text()
+    limit = server.metric("kcoral_descriptor_limit")
+    max_connections = server.metric("kcoral_connections_max")
+    assert limit == 400 and 16 <= max_connections < 200
+    # More blobs than the process has descriptors, in a few requests.
+    for tag in ("a", "b", "c"):
+        assert server.execute(many_blobs(600, tag)).raise_for_error()["out"] == f"{tag} blob 599".encode()
+    # More idle connections than it serves: the rest are answered 503 or closed, and once
+    # they go, everything is served again.
+    idle = [connect(server) for _ in range(int(max_connections) + 100)]
+    time.sleep(0.5)
+    assert len(os.listdir(f"/proc/{server.pid}/fd")) < limit
+    for sock in idle:
+        sock.close()
+    assert wait_until(lambda: server.get("/health").status_code == 200, 10)
+    assert server.metric("kcoral_guard_events_total{event=\"over_connection_limit\"}") >= 1
+    assert server.execute(call("def f():\n    return 7\n", "f")).raise_for_error()["out"] == 7
+
+
+def test_past_the_connection_limit_health_answers_and_execute_gets_503(start_server):
+    server = start_server("--num-workers", "1", "--max-connections", "16")
+    idle = [connect(server) for _ in range(16)]
+    try:
+        assert wait_until(lambda: server.metric("kcoral_connections") >= 17, 10)  # they and this one
+        health = server.get("/health")
+        assert health.status_code == 200 and health.headers["connection"] == "close"
+        content_type, body = call("def f():\n    return 1\n", "f").to_request()
+        busy = server.post(content_type, body)
+        assert busy.status_code == 503 and busy.headers["retry-after"] == "1"
+        assert "too many connections" in busy.json()["error"]["message"]
+    finally:
+        for sock in idle:
+            sock.close()
+    assert wait_until(lambda: server.metric("kcoral_connections") <= 1, 10)
+    assert server.execute(call("def f():\n    return 2\n", "f")).raise_for_error()["out"] == 2
+
+
+# -- request bodies ---------------------------------------------------------------------------
+
+
+def test_a_chunked_body_is_refused_as_soon_as_it_passes_the_limit(start_server):
+    server = start_server("--num-workers", "1", "--max-request-bytes", str(MiB))
+    sock = connect(server)
+    sock.sendall(b"POST /execute HTTP/1.1\r\nHost: x\r\nContent-Type: multipart/form-data; boundary=b\r\n"
+                 b"Transfer-Encoding: chunked\r\n\r\n")
+    chunk = b"x" * (64 << 10)
+    sent = 0
+    response = b""
+    try:
+        while sent < 64 * MiB:
+            sock.sendall(b"%x\r\n" % len(chunk) + chunk + b"\r\n")
+            sent += len(chunk)
+            sock.settimeout(0.001)
+            try:
+                response += sock.recv(65536)
+            except TimeoutError:
+                pass
+            sock.settimeout(10)
+            if response:
+                break
+    except (BrokenPipeError, ConnectionResetError):
+        pass
+    response += read_response(sock)
+    sock.close()
+    assert status_of(response) == 413, response[:200]
+    assert b"request_too_large" in response
+    # Refused near the limit, not after the whole upload (the socket buffers hold a few MiB).
+    assert sent < 16 * MiB
+    assert wait_until(lambda: server.metric("kcoral_inflight_bytes") == 0, 10)
+
+
+def test_the_inflight_budget_turns_away_what_does_not_fit(start_server):
+    server = start_server("--num-workers", "1", "--max-request-bytes", str(MiB),
+                          "--max-inflight-bytes", str(2 * MiB))
+    head = (b"POST /execute HTTP/1.1\r\nHost: x\r\nContent-Type: multipart/form-data; boundary=b\r\n"
+            b"Content-Length: %d\r\n\r\n" % MiB)
+    holders = [connect(server) for _ in range(2)]
+    for sock in holders:
+        sock.sendall(head + b"x" * 1000)  # declared 1 MiB each: the whole budget
+    assert wait_until(lambda: server.metric("kcoral_inflight_bytes") == 2 * MiB, 10)
+    third = connect(server)
+    third.sendall(head)
+    response = read_response(third)
+    assert status_of(response) == 503, response[:300]
+    assert b"Retry-After: 1" in response and b"busy" in response
+    chunked = connect(server)
+    chunked.sendall(head.replace(b"Content-Length: %d" % MiB, b"Transfer-Encoding: chunked") + b"10\r\n" + b"y" * 16)
+    assert status_of(read_response(chunked)) == 503
+    assert server.metric("kcoral_guard_events_total{event=\"inflight_full\"}") == 2
+    for sock in holders:
+        sock.close()
+    assert wait_until(lambda: server.metric("kcoral_inflight_bytes") == 0, 10)
+    assert server.execute(call("def f():\n    return 3\n", "f")).raise_for_error()["out"] == 3
+
+
+# -- slow clients -----------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_slow_clients_are_cut_and_a_steady_one_is_served(start_server):
+    server = start_server("--num-workers", "1", "--idle-timeout-seconds", "1", "--header-timeout-seconds", "1",
+                          "--min-body-bytes-per-second", "2000", "--body-rate-window-seconds", "1")
+    idle = connect(server)
+    assert (closed_within(idle, 5) or 99) < 3
+    half_header = connect(server)
+    half_header.sendall(b"POST /execute HTTP/1.1\r\nHost: x\r\n")
+    assert (closed_within(half_header, 5) or 99) < 3
+
+    content_type, body = call("def f():\n    return 4\n", "f").to_request()
+    head = (f"POST /execute HTTP/1.1\r\nHost: x\r\nContent-Type: {content_type}\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode()
+
+    trickle = connect(server)  # 20 bytes/s, under the minimum of 2000
+    trickle.sendall(head)
+    started = time.monotonic()
+    response = b""
+    for i in range(0, len(body), 10):
+        try:
+            trickle.sendall(body[i:i + 10])
+        except (BrokenPipeError, ConnectionResetError):
+            break
+        time.sleep(0.5)
+        if time.monotonic() - started > 5:
+            break
+    response = read_response(trickle)
+    assert status_of(response) == 408, response[:300]
+    assert b"slower than the server's minimum" in response
+    assert time.monotonic() - started < 5
+
+    stalled = connect(server)
+    stalled.sendall(head + body[:100])
+    assert status_of(read_response(stalled)) == 408
+
+    padded = call("def f():\n    return 4\n", "f")
+    padded.upload(kind="bytes", value=b"z" * 30000)
+    content_type, body = padded.to_request()
+    head = (f"POST /execute HTTP/1.1\r\nHost: x\r\nContent-Type: {content_type}\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode()
+    steady = connect(server)  # about 10 KB/s over three seconds: over the minimum
+    steady.sendall(head)
+    step = max(1, len(body) // 12)
+    for i in range(0, len(body), step):
+        steady.sendall(body[i:i + step])
+        time.sleep(0.25)
+    response = read_response(steady)
+    assert status_of(response) == 200 and b'"COMPLETED"' in response, response[:300]
+    assert server.metric("kcoral_guard_events_total{event=\"slow_body\"}") == 2
+    assert server.metric("kcoral_guard_events_total{event=\"header_timeout\"}") == 1
+    assert server.metric("kcoral_guard_events_total{event=\"idle_timeout\"}") >= 1
+
+
+# -- shutdown ---------------------------------------------------------------------------------
+
+SLEEPER = "import time\ndef f():\n    time.sleep(60)\n    return 'late'\n"
+
+
+def run_in_background(server, program: Program) -> tuple[threading.Thread, dict]:
+    outcome: dict = {}
+
+    def run() -> None:
+        outcome["response"] = server.post(*program.to_request(), timeout_s=90)
+        outcome["at"] = time.monotonic()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    assert wait_until(lambda: server.get("/health").json()["load"]["requests_in_progress"] == 1, 10)
+    return thread, outcome
+
+
+@pytest.mark.slow
+def test_after_the_grace_running_programs_are_killed_and_answered_503(start_server):
+    server = start_server("--num-workers", "1", "--shutdown-grace-seconds", "1")
+    thread, outcome = run_in_background(server, call(SLEEPER, "f"))
+    signalled = time.monotonic()
+    server.signal(signal.SIGTERM)
+    thread.join(30)
+    response = outcome["response"]
+    assert response.status_code == 503 and response.headers["retry-after"] == "1"
+    error = response.json()["error"]
+    assert error["kind"] == "busy" and "shutdown grace of 1 s" in error["message"]
+    assert 0.9 < outcome["at"] - signalled < 10
+    assert server.wait(30) == 0
+    assert "grace is over" in server.stderr_text()
+
+
+@pytest.mark.slow
+def test_a_second_signal_stops_at_once(start_server):
+    server = start_server("--num-workers", "1", "--shutdown-grace-seconds", "120")
+    thread, outcome = run_in_background(server, call(SLEEPER, "f"))
+    server.signal(signal.SIGTERM)
+    time.sleep(0.5)
+    signalled = time.monotonic()
+    server.signal(signal.SIGINT)
+    assert server.wait(10) == 0
+    assert time.monotonic() - signalled < 5
+    thread.join(30)
+    response = outcome["response"]
+    assert response.status_code == 503
+    assert "second signal" in response.json()["error"]["message"]
+    assert "again: stopping now" in server.stderr_text()
