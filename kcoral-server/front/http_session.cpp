@@ -19,6 +19,9 @@ constexpr std::size_t kDrainLimit = std::size_t{4} << 30;  // of a rejected body
 // A chunked body grows by at least this much per reservation; one read adds far less, so
 // the string never grows behind the budget's back.
 constexpr std::size_t kChunkedHeadroom = std::size_t{1} << 20;
+// Bytes a client may send ahead (its next request) while its program runs; past them the
+// connection is no longer watched.
+constexpr std::size_t kWatchLimit = 64 * 1024;
 
 std::chrono::steady_clock::duration seconds(double value) {
   return std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(value));
@@ -183,15 +186,56 @@ void HttpSession::handle(HttpRequest request) {
   stream_.expires_never();  // the program may run for its whole timeout
   answering_job_ = true;
   ++state_.responses_pending;
+  job_ = job;
   // Encoding the response (hashing, multipart) runs on this session's strand, not the pool's.
   job->done = [self = shared_from_this(), version, keep_alive](std::shared_ptr<ExecuteJob> job, JobOutcome outcome) {
     boost::asio::post(self->stream_.get_executor(), [self, job = std::move(job), outcome = std::move(outcome), version,
                                                      keep_alive]() mutable {
-      self->write(finish_execute(*job, std::move(outcome), self->state_, version,
-                                 keep_alive && !self->state_.stopping));
+      if (self->client_gone_) {
+        self->state_.metrics.record_execute(
+            "abandoned", std::chrono::duration<double>(Clock::now() - job->received).count());
+        self->answering_job_ = false;
+        --self->state_.responses_pending;
+        return self->close();
+      }
+      self->answer_job(finish_execute(*job, std::move(outcome), self->state_, version,
+                                      keep_alive && !self->state_.stopping));
     });
   };
   state_.pool.submit(std::move(job));
+  watch_client();
+}
+
+// One read while the program runs: its end (other than by our own cancel) says the client
+// went away; bytes it brings are the client's next request, kept for later.
+void HttpSession::watch_client() {
+  if (buffer_.size() >= kWatchLimit) return;
+  watching_ = true;
+  stream_.async_read_some(buffer_.prepare(4096), [self = shared_from_this()](beast::error_code ec, std::size_t n) {
+    self->on_watch(ec, n);
+  });
+}
+
+void HttpSession::on_watch(beast::error_code ec, std::size_t bytes) {
+  watching_ = false;
+  buffer_.commit(bytes);
+  if (waiting_response_) {  // the answer came: this read was cancelled for it
+    HttpResponse response = std::move(*waiting_response_);
+    waiting_response_.reset();
+    return write(std::move(response));
+  }
+  if (!ec) return watch_client();
+  if (ec == boost::asio::error::operation_aborted) return;
+  client_gone_ = true;
+  if (auto job = job_.lock())
+    state_.pool.cancel(std::move(job), {ErrorKind::busy, "the client went away before its answer"});
+}
+
+// The job's response, written once the watching read has ended.
+void HttpSession::answer_job(HttpResponse response) {
+  if (!watching_) return write(std::move(response));
+  waiting_response_ = std::move(response);
+  stream_.cancel();
 }
 
 void HttpSession::write(HttpResponse response) {

@@ -8,6 +8,9 @@
 //     (bytes per second, not one deadline for the whole body): else 408, and close;
 //   - before a body is held, its bytes are reserved in the server-wide in-flight budget
 //     (the declared length, or a chunked body's next growth): else 503 with Retry-After.
+// While a program runs, the session watches its connection: a client that goes away
+// (closes or resets) has its program taken from the queue, or killed if it runs, so that
+// nobody can fill the queue with programs whose answers nobody will read.
 // A body over the request limit (declared, or chunked as soon as it passes the limit) is
 // answered 413 and what the client still sends is drained, for a bounded time, before the
 // connection closes, so that the client reads the answer rather than a reset. A session
@@ -50,6 +53,9 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   [[nodiscard]] bool reserve_body();
   [[nodiscard]] Error inflight_full();
   void handle(HttpRequest request);
+  void watch_client();
+  void on_watch(boost::beast::error_code ec, std::size_t bytes);
+  void answer_job(HttpResponse response);
   void write(HttpResponse response);
   void reject_and_close(const Error& error, bool drain = true);
   void drain_then_close();
@@ -73,6 +79,10 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   bool body_stalled_ = false;
   bool close_after_write_ = false;
   bool answering_job_ = false;  // the response being awaited or written is a job's
+  std::weak_ptr<ExecuteJob> job_;  // the job being awaited
+  bool watching_ = false;          // a read watches the connection while the job runs
+  bool client_gone_ = false;
+  std::optional<HttpResponse> waiting_response_;  // ready while the watching read ends
   Clock::time_point drain_deadline_;
   std::vector<char> scratch_;  // for draining a rejected body
 };

@@ -102,6 +102,17 @@ void WorkerPool::abort_running(Error error) {
   boost::asio::post(strand_, [this, error = std::move(error)] { supply_.abort_running(error); });
 }
 
+void WorkerPool::cancel(std::shared_ptr<ExecuteJob> job, Error error) {
+  boost::asio::post(strand_, [this, job = std::move(job), error = std::move(error)] {
+    auto queued = std::find_if(queue_.begin(), queue_.end(), [&](const Queued& q) { return q.job == job; });
+    if (queued == queue_.end()) return supply_.abort_running(error, job.get());
+    queued->timer->cancel();
+    queue_.erase(queued);
+    publish_load();
+    answer(job, {std::unexpected(error), {ms_since(job->received), 0, 0, 0}});
+  });
+}
+
 WorkerPool::Load WorkerPool::load() const {
   return {config_.workers_per_group * config_.groups.size(), running_count_.load(), waiting_count_.load()};
 }

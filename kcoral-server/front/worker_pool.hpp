@@ -65,6 +65,9 @@ class WorkerPool {
   void drain(std::function<void()> drained);
   // Kills the programs running now; each is answered with `error` (drain's end comes sooner).
   void abort_running(Error error);
+  // The job's client went away: a queued job leaves the queue, a running one is killed;
+  // either is answered with `error` (a finished one is left alone).
+  void cancel(std::shared_ptr<ExecuteJob> job, Error error);
 
   [[nodiscard]] Load load() const;
   [[nodiscard]] std::map<std::string, std::string> versions() const;

@@ -113,10 +113,10 @@ void WorkerSupply::stop() {
   if (zygote_) zygote_->stop();
 }
 
-void WorkerSupply::abort_running(const Error& error) {
+void WorkerSupply::abort_running(const Error& error, const ExecuteJob* only) {
   std::vector<WorkerPtr> running;  // abort() lets a worker go, which changes workers_
   for (const auto& [pid, worker] : workers_)
-    if (worker->job()) running.push_back(worker);
+    if (worker->job() && (only == nullptr || worker->job().get() == only)) running.push_back(worker);
   for (const WorkerPtr& worker : running) worker->abort(error);
 }
 

@@ -60,8 +60,9 @@ class WorkerSupply {
   void stop_forking() { stopping_ = true; }
   // Kills every worker and ends the zygote.
   void stop();
-  // Kills the workers that run a program; each program is answered with `error`.
-  void abort_running(const Error& error);
+  // Kills the workers that run a program (only the one running `only`, when given); each
+  // program is answered with `error`.
+  void abort_running(const Error& error, const ExecuteJob* only = nullptr);
 
  private:
   void on_forked(pid_t pid, UniqueFd channel);

@@ -10,6 +10,7 @@ that the server refused it the documented way and went on serving everyone else:
 - a chunked body is refused as soon as it passes --max-request-bytes;
 - the in-flight byte budget turns away what does not fit with 503 and Retry-After;
 - slow senders: an idle connection, a header and a body under the minimum rate are cut;
+- a client that goes away has its program dropped from the queue, or killed if it runs;
 - shutdown: running programs are killed and answered 503 after the grace, and a second
   signal stops the server at once.
 """
@@ -244,6 +245,53 @@ def test_slow_clients_are_cut_and_a_steady_one_is_served(start_server):
     assert server.metric("kcoral_guard_events_total{event=\"slow_body\"}") == 2
     assert server.metric("kcoral_guard_events_total{event=\"header_timeout\"}") == 1
     assert server.metric("kcoral_guard_events_total{event=\"idle_timeout\"}") >= 1
+
+
+# -- clients that go away ---------------------------------------------------------------------
+
+
+def test_a_client_that_goes_away_has_its_program_dropped_or_killed(start_server):
+    server = start_server("--num-workers", "1")
+
+    def load() -> dict:
+        return server.get("/health").json()["load"]
+
+    def send_and_leave(program: Program) -> socket.socket:
+        content_type, body = program.to_request()
+        sock = connect(server)
+        sock.sendall((f"POST /execute HTTP/1.1\r\nHost: x\r\nContent-Type: {content_type}\r\n"
+                      f"Content-Length: {len(body)}\r\n\r\n").encode() + body)
+        return sock
+
+    running = send_and_leave(call(SLEEPER, "f"))
+    assert wait_until(lambda: load()["requests_in_progress"] == 1, 10)
+    queued = send_and_leave(call("def f():\n    return 1\n", "f"))
+    assert wait_until(lambda: load()["requests_waiting"] == 1, 10)
+    queued.close()  # taken from the queue
+    assert wait_until(lambda: load()["requests_waiting"] == 0, 5)
+    assert load()["requests_in_progress"] == 1
+    running.close()  # killed
+    assert wait_until(lambda: load()["requests_in_progress"] == 0, 5)
+    assert wait_until(lambda: server.metric("kcoral_execute_requests_total{outcome=\"abandoned\"}") == 2, 5)
+    assert server.execute(call("def f():\n    return 5\n", "f")).raise_for_error()["out"] == 5
+
+
+def test_a_request_sent_ahead_while_a_program_runs_is_served_after_it(start_server):
+    server = start_server("--num-workers", "1")
+    first = call("import time\ndef f():\n    time.sleep(0.5)\n    return 'first'\n", "f")
+    requests = b""
+    for program in (first, call("def f():\n    return 'second'\n", "f")):
+        content_type, body = program.to_request()
+        requests += (f"POST /execute HTTP/1.1\r\nHost: x\r\nContent-Type: {content_type}\r\n"
+                     f"Content-Length: {len(body)}\r\n\r\n").encode() + body
+    sock = connect(server, timeout_s=30)
+    sock.sendall(requests[:len(requests) // 2])
+    time.sleep(0.2)
+    sock.sendall(requests[len(requests) // 2:] + b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    answers = read_response(sock)
+    sock.close()
+    assert answers.count(b"HTTP/1.1 200") == 3
+    assert answers.index(b'"first"') < answers.index(b'"second"')
 
 
 # -- shutdown ---------------------------------------------------------------------------------
