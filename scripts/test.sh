@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The whole test suite: set up (scripts/setup.sh), make the reference KCoral's environment
 # for the compatibility suite (scripts/reference-env.sh), then the C++ units (doctest,
-# through CTest) and every Python test: units, end to end against the real server, the
-# malformed-request corpus, the C++ package check, and compatibility both ways with the
-# reference client and server.
+# through CTest), a short run of each fuzz target (scripts/fuzz.sh), and every Python
+# test: units, end to end against the real server, the malformed-request corpus, the C++
+# package check, and compatibility both ways with the reference client and server.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -11,5 +11,7 @@ KCORAL_REFERENCE_VENV=$(scripts/reference-env.sh)
 export KCORAL_REFERENCE_VENV
 echo "test: C++ units (doctest)"
 ctest --test-dir build/pip --output-on-failure
+echo "test: fuzz targets (scripts/fuzz.sh)"
+scripts/fuzz.sh
 echo "test: Python (unit, end to end, corpus, package, compatibility)"
 .venv/bin/python -m pytest test/python -q -p no:cacheprovider "$@"

@@ -1,0 +1,71 @@
+// Fuzz target: parse_multipart (libkcoral/src/multipart.cpp), the framing of every request
+// the server reads.
+//
+// Input: a Content-Type value, a newline, then the body (request_input.hpp). Beyond what
+// the sanitizers catch, it checks that accepted parts are views into the body, in order and
+// apart; that tighter limits never accept what the defaults refuse, and agree when both
+// accept; and that encode_multipart writes the parts so that they parse back the same.
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "invariant.hpp"
+#include "kcoral/multipart.hpp"
+#include "request_input.hpp"
+
+namespace {
+
+bool same_parts(const std::vector<kcoral::MultipartPart>& a, const std::vector<kcoral::MultipartPart>& b) {
+  return std::equal(a.begin(), a.end(), b.begin(), b.end(), [](const auto& x, const auto& y) {
+    return x.name == y.name && x.content_type == y.content_type && x.data == y.data;
+  });
+}
+
+// encode_multipart writes a name between quotes as it is: it is made for its own names
+// ("result", "return:N"), and a quote or a backslash in one would not come back.
+bool encodable(const kcoral::MultipartPart& part) { return part.name.find_first_of("\"\\") == std::string::npos; }
+
+void check_views(std::string_view body, const std::vector<kcoral::MultipartPart>& parts) {
+  const char* previous_end = body.data();
+  for (const kcoral::MultipartPart& part : parts) {
+    KCORAL_INVARIANT(!part.name.empty());
+    KCORAL_INVARIANT(part.data.data() >= previous_end);
+    KCORAL_INVARIANT(part.data.data() + part.data.size() <= body.data() + body.size());
+    previous_end = part.data.data() + part.data.size();
+  }
+}
+
+void check_round_trip(const std::vector<kcoral::MultipartPart>& parts) {
+  if (!std::all_of(parts.begin(), parts.end(), encodable)) return;
+  std::vector<kcoral::OutgoingPart> outgoing;
+  for (const kcoral::MultipartPart& part : parts) outgoing.push_back({part.name, part.content_type, part.data});
+  kcoral::EncodedMultipart encoded = kcoral::encode_multipart(outgoing);
+  // The encoder's header lines may be longer than the ones parsed (spelled out in full).
+  kcoral::MultipartLimits roomy{parts.size(), 1 << 20};
+  auto again = kcoral::parse_multipart(encoded.content_type, encoded.body, roomy);
+  KCORAL_INVARIANT(again.has_value());
+  KCORAL_INVARIANT(same_parts(parts, *again));
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  auto [content_type, body] = kcoral::fuzz::split_request_input(data, size);
+  const kcoral::MultipartLimits defaults{};
+  const kcoral::MultipartLimits tight{3, 200};
+  auto parts = kcoral::parse_multipart(content_type, body, defaults);
+  auto tight_parts = kcoral::parse_multipart(content_type, body, tight);
+  if (tight_parts) {
+    KCORAL_INVARIANT(tight_parts->size() <= tight.max_parts);
+    KCORAL_INVARIANT(parts.has_value() && same_parts(*parts, *tight_parts));
+  }
+  if (!parts) {
+    KCORAL_INVARIANT(parts.error().kind == kcoral::ErrorKind::parse);
+    return 0;
+  }
+  KCORAL_INVARIANT(!parts->empty() && parts->size() <= defaults.max_parts);
+  check_views(body, *parts);
+  check_round_trip(*parts);
+  return 0;
+}
