@@ -48,6 +48,16 @@ def test_tensor_uploads_are_cuda_tensors_and_come_back_as_numpy():
     assert result.lease_held_ms > 0
 
 
+def test_tensors_of_one_request_small_and_large_arrive_intact():
+    # They share one memfd: the small ones unaligned (copied), the large one page-aligned
+    # (mapped at its offset).
+    source = "def f(a, b, c):\n    return [float(t.double().sum()) for t in (a, b, c)]\n"
+    values = [np.arange(5, dtype=np.int32), np.arange(300_000, dtype=np.float32), np.arange(3, dtype=np.int16)]
+    result = run(source, "f", uploads=values)
+    assert result.completed, result.error
+    assert result.results["out"] == [float(v.astype(np.float64).sum()) for v in values]
+
+
 def test_cpu_only_use_of_the_gpu_is_caught_with_the_call_and_line():
     source = "import torch\n\ndef f():\n    x = 1\n    return torch.zeros(4, device='cuda').sum().item()\n"
     result = run(source, "f", cpu_only=True)
