@@ -3,6 +3,7 @@
 
 #include <boost/asio/post.hpp>
 #include <boost/asio/strand.hpp>
+#include <cerrno>
 #include <cstdio>
 
 #include "descriptors.hpp"
@@ -44,8 +45,12 @@ void Listener::accept() {
 void Listener::on_accept(boost::system::error_code ec, boost::asio::ip::tcp::socket socket) {
   if (ec == boost::asio::error::operation_aborted || !acceptor_.is_open()) return;
   if (ec) {
-    // Out of descriptors or memory, or a connection that went before it was taken: the
-    // pending ones stay in the backlog until a descriptor is free.
+    // A connection that went before it was taken: take the next one.
+    if (ec != boost::asio::error::no_descriptors && ec != boost::asio::error::no_buffer_space &&
+        ec != boost::asio::error::no_memory && ec.value() != ENFILE)
+      return accept();
+    // Out of descriptors or memory: the pending connections stay in the backlog until
+    // some are free.
     state_.metrics.record(Metrics::Guard::accept_backoff);
     backoff_.expires_after(std::chrono::milliseconds(50));
     return backoff_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
