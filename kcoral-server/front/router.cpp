@@ -71,34 +71,30 @@ HttpResponse health(const HttpRequest& request, ServerState& state, const std::s
 }
 
 RouteResult execute(const HttpRequest& request, ServerState& state, std::string request_id) {
-  auto answer = [&](const EncodedResponse& encoded, std::string_view outcome) {
-    state.metrics.record_execute(outcome, 0);
+  auto answer = [&](const EncodedResponse& encoded, std::string_view status) {
+    state.metrics.record_execute(outcome_label(encoded.http_status, status), 0);
     return RouteResult{make_response(encoded, request_id, request.version(),
                                      request.keep_alive() && !state.stopping),
                        nullptr};
   };
   if (state.stopping)
-    return answer(encode_error(request_id, {ErrorKind::busy, "the server is shutting down"}), "busy");
+    return answer(encode_error(request_id, {ErrorKind::busy, "the server is shutting down"}), "ERROR");
   Clock::time_point received = Clock::now();
   auto content_type = request[http::field::content_type];
-  auto parsed = parse_execute_request({content_type.data(), content_type.size()}, request.body(), {});
-  if (!parsed) return answer(encode_error(request_id, parsed.error()), "rejected");
-  auto resolved = state.blobs.resolve(parsed->program, std::move(parsed->blobs));
-  if (!resolved) return answer(encode_error(request_id, resolved.error()), "rejected");
-  if (!resolved->missing.empty()) return answer(encode_cache_miss(request_id, resolved->missing), "cache_miss");
+  auto admitted = admit_execute(request_id, {content_type.data(), content_type.size()}, request.body(), state.blobs,
+                                state.execute);
+  if (auto* now = std::get_if<ExecuteAnswer>(&admitted)) return answer(now->response, now->status);
 
+  auto& admitted_request = std::get<AdmittedRequest>(admitted);
   auto job = std::make_shared<ExecuteJob>();
-  const ProgramOptions& options = parsed->program.options();
   job->request_id = std::move(request_id);
-  job->program_json = std::move(parsed->program_json);  // the worker parses it again
-  job->program = std::move(parsed->program);
-  job->blobs = std::move(resolved->blobs);
-  job->pin = std::move(resolved->pin);
-  job->timeout_seconds = std::min(options.timeout_seconds.value_or(state.config.default_timeout_seconds),
-                                  state.config.max_timeout_seconds);
-  job->output_limit_bytes = std::min(options.output_limit_bytes.value_or(state.config.default_output_limit_bytes),
-                                     state.config.max_output_limit_bytes);
-  job->max_binary_bytes = state.config.max_response_bytes;
+  job->program_json = std::move(admitted_request.program_json);  // the worker parses it again
+  job->program = std::move(admitted_request.program);
+  job->blobs = std::move(admitted_request.blobs);
+  job->pin = std::move(admitted_request.pin);
+  job->timeout_seconds = admitted_request.timeout_seconds;
+  job->output_limit_bytes = admitted_request.output_limit_bytes;
+  job->max_binary_bytes = admitted_request.max_binary_bytes;
   job->received = received;
   return {std::nullopt, std::move(job)};
 }
@@ -142,27 +138,10 @@ RouteResult route(const HttpRequest& request, ServerState& state) {
 
 HttpResponse finish_execute(const ExecuteJob& job, JobOutcome outcome, ServerState& state,
                             unsigned http_version, bool keep_alive) {
-  EncodedResponse encoded;
-  std::string_view body_status;
-  // A program whose returns would not fit the response fails as a request, not as an
-  // instruction (the executor stops encoding at the limit).
-  if (outcome.result && outcome.result->error && !is_program_kind(outcome.result->error->kind))
-    outcome.result = fail(outcome.result->error->kind, outcome.result->error->message);
-  if (outcome.result) {
-    encoded = encode_program_response(job.request_id, *outcome.result, outcome.timings);
-    body_status = outcome.result->completed() ? "COMPLETED" : "FAILED";
-    if (encoded.body.size() > state.config.max_response_bytes)
-      encoded = encode_error(job.request_id,
-                             {ErrorKind::response_too_large,
-                              "the response (" + std::to_string(encoded.body.size()) +
-                                  " bytes) exceeds the server's limit of " +
-                                  std::to_string(state.config.max_response_bytes) + " bytes"});
-  } else {
-    encoded = encode_error(job.request_id, outcome.result.error());
-  }
+  ExecuteAnswer answer = answer_execute(job.request_id, std::move(outcome.result), outcome.timings, state.execute);
   double seconds = std::chrono::duration<double>(Clock::now() - job.received).count();
-  state.metrics.record_execute(outcome_label(encoded.http_status, body_status), seconds);
-  return make_response(encoded, job.request_id, http_version, keep_alive);
+  state.metrics.record_execute(outcome_label(answer.response.http_status, answer.status), seconds);
+  return make_response(answer.response, job.request_id, http_version, keep_alive);
 }
 
 HttpResponse error_response(const Error& error, unsigned http_version, bool keep_alive,

@@ -12,6 +12,7 @@
 #include "execute_job.hpp"
 #include "inflight_bytes.hpp"
 #include "kcoral/blob_store.hpp"
+#include "kcoral/execute.hpp"
 #include "metrics.hpp"
 #include "server_config.hpp"
 #include "worker_pool.hpp"
@@ -36,6 +37,9 @@ struct ServerState {
   std::uint64_t descriptor_limit = 0;
   std::atomic<std::size_t> connections{0};  // HttpSessions alive
   InflightBytes inflight{config.max_inflight_bytes};
+  ExecuteSettings execute{config.default_timeout_seconds, config.max_timeout_seconds,
+                          config.default_output_limit_bytes, config.max_output_limit_bytes,
+                          config.max_response_bytes};
 };
 
 struct RouteResult {

@@ -37,6 +37,11 @@ enum class Dtype {
   float64,
 };
 
+inline constexpr Dtype kAllDtypes[] = {
+    Dtype::bool_, Dtype::uint8,   Dtype::int8,     Dtype::float8_e4m3fn, Dtype::float8_e5m2, Dtype::int16,
+    Dtype::float16, Dtype::bfloat16, Dtype::int32, Dtype::float32,       Dtype::int64,       Dtype::float64,
+};
+
 [[nodiscard]] std::string_view to_wire(Dtype dtype);
 [[nodiscard]] std::optional<Dtype> dtype_from_wire(std::string_view text);
 [[nodiscard]] std::size_t item_size(Dtype dtype);

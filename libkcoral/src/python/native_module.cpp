@@ -16,23 +16,25 @@
 #include <memory>
 
 #include "kcoral/codec.hpp"
+#include "kcoral/execute.hpp"
 #include "kcoral/executor.hpp"
 #include "kcoral/request_id.hpp"
+#include "workspace_path.hpp"
 #ifdef KCORAL_HAVE_CUDA
 #include "gpu/benchmark.hpp"
 #endif
 
 namespace {
 
+// The server's pipeline (kcoral/execute.hpp) with its default settings, and no cache: a
+// store that keeps nothing, so every blob must come with the request.
 kcoral::EncodedResponse execute_request(std::string_view content_type, std::string_view body) {
   std::string request_id = kcoral::new_request_id();
-  auto request = kcoral::parse_execute_request(content_type, body, {});
-  if (!request) return kcoral::encode_error(request_id, request.error());
-  std::vector<std::string> missing;
-  for (const std::string& digest : request->program.blobs()) {
-    if (!request->blobs.contains(digest)) missing.push_back(digest);
-  }
-  if (!missing.empty()) return kcoral::encode_cache_miss(request_id, missing);
+  const kcoral::ExecuteSettings settings;
+  kcoral::BlobStore no_cache(0);
+  auto admitted = kcoral::admit_execute(request_id, content_type, body, no_cache, settings);
+  if (auto* answer = std::get_if<kcoral::ExecuteAnswer>(&admitted)) return answer->response;
+  auto& request = std::get<kcoral::AdmittedRequest>(admitted);
 
   // One executor for the life of the interpreter; deliberately never destroyed, since
   // the interpreter it points into is torn down before static destructors run.
@@ -43,10 +45,12 @@ kcoral::EncodedResponse execute_request(std::string_view content_type, std::stri
     executor = created->release();
   }
   kcoral::RunOptions options;
-  if (auto limit = request->program.options().output_limit_bytes) options.output_limit_bytes = *limit;
+  options.output_limit_bytes = request.output_limit_bytes;
+  options.max_binary_bytes = request.max_binary_bytes;
   kcoral::NoGpuLease lease;
-  kcoral::ProgramResult result = executor->run(request->program, request->blobs, lease, options);
-  return kcoral::encode_program_response(request_id, result, {0, result.elapsed_ms, 0, 0});
+  kcoral::ProgramResult result = executor->run(request.program, request.blobs, lease, options);
+  kcoral::ResponseTimings timings{0, result.elapsed_ms, 0, 0};
+  return kcoral::answer_execute(request_id, std::move(result), timings, settings).response;
 }
 
 PyObject* execute(PyObject*, PyObject* args) {
@@ -155,7 +159,61 @@ PyObject* benchmark(PyObject*, PyObject* args) {
 }
 #endif
 
+// The wire's dtypes and their item sizes: the one table, which the Python client is
+// checked against (test/python/unit/test_one_source.py).
+PyObject* dtypes(PyObject*, PyObject*) {
+  PyObject* table = PyDict_New();
+  if (table == nullptr) return nullptr;
+  for (kcoral::Dtype dtype : kcoral::kAllDtypes) {
+    std::string name(kcoral::to_wire(dtype));
+    kcoral::python::PyRef size = kcoral::python::PyRef::steal(PyLong_FromSize_t(kcoral::item_size(dtype)));
+    if (!size || PyDict_SetItemString(table, name.c_str(), size.get()) != 0) {
+      Py_DECREF(table);
+      return nullptr;
+    }
+  }
+  return table;
+}
+
+// The workspace path rules, as the server applies them: one path's canonical form
+// (ValueError when it is refused), and the collision rule over canonical paths.
+PyObject* normalize_path(PyObject*, PyObject* args) {
+  const char* path = nullptr;
+  Py_ssize_t size = 0;
+  if (!PyArg_ParseTuple(args, "s#:normalize_path", &path, &size)) return nullptr;
+  auto normalized = kcoral::normalize_workspace_path({path, static_cast<std::size_t>(size)});
+  if (!normalized) {
+    PyErr_SetString(PyExc_ValueError, normalized.error().message.c_str());
+    return nullptr;
+  }
+  return PyUnicode_FromStringAndSize(normalized->data(), static_cast<Py_ssize_t>(normalized->size()));
+}
+
+PyObject* check_paths(PyObject*, PyObject* list) {
+  std::vector<std::string> paths;
+  kcoral::python::PyRef iterator = kcoral::python::PyRef::steal(PyObject_GetIter(list));
+  if (!iterator) return nullptr;
+  while (PyObject* item = PyIter_Next(iterator.get())) {
+    Py_ssize_t size = 0;
+    const char* text = PyUnicode_AsUTF8AndSize(item, &size);
+    Py_DECREF(item);
+    if (text == nullptr) return nullptr;
+    paths.emplace_back(text, static_cast<std::size_t>(size));
+  }
+  if (PyErr_Occurred()) return nullptr;
+  if (auto status = kcoral::check_path_collisions({paths.begin(), paths.end()}); !status) {
+    PyErr_SetString(PyExc_ValueError, status.error().message.c_str());
+    return nullptr;
+  }
+  Py_RETURN_NONE;
+}
+
 PyMethodDef kMethods[] = {
+    {"dtypes", dtypes, METH_NOARGS, "dtypes() -> dict[str, int]\n\nThe wire's tensor dtypes and their item sizes."},
+    {"normalize_path", normalize_path, METH_VARARGS,
+     "normalize_path(path: str) -> str\n\nA workspace path's canonical form; ValueError when it is refused."},
+    {"check_paths", check_paths, METH_O,
+     "check_paths(paths: list[str]) -> None\n\nValueError when canonical upload paths repeat or nest in a file."},
     {"execute", execute, METH_VARARGS,
      "execute(content_type: str, body: bytes) -> tuple[int, str, bytes]\n\n"
      "Run one multipart /execute request in this process; return the HTTP status, the "

@@ -347,7 +347,7 @@ TEST_CASE("finish_execute answers request errors with their statuses") {
 
 TEST_CASE("a response over max_response_bytes becomes a 500 response_too_large") {
   ServerFixture server;
-  server.config.max_response_bytes = 300;
+  server.state.execute.max_response_bytes = 300;
   kcoral::ExecuteJob job;
   job.request_id = "r";
   kcoral::ProgramResult result;

@@ -75,3 +75,23 @@ def test_run_local_failure_matches_the_server(server):
     remote_traceback = remote.error.pop("traceback")
     assert local.error == remote.error
     assert "local and remote alike" in remote_traceback
+
+
+def test_a_request_is_judged_the_same_locally_and_by_the_server(server):
+    # One pipeline (libkcoral's admit_execute and answer_execute) behind both: a tensor
+    # whose blob does not hold shape x itemsize bytes is refused by each, in the same words.
+    import json
+
+    from kcoral import _native
+
+    program = Program()
+    tensor = program.upload(kind="tensor", value=np.zeros(2, dtype=np.float32))
+    program.return_(key="t", value=tensor)
+    content_type, body = program.to_request()
+    body = body.replace(b'"shape":[2]', b'"shape":[3]')
+    local_status, _, local_body = _native.execute(content_type, body)
+    remote = server.post(content_type, body)
+    assert local_status == remote.status_code == 400
+    local_error, remote_error = json.loads(local_body)["error"], remote.json()["error"]
+    assert local_error == remote_error
+    assert "declares 12 bytes" in local_error["message"]

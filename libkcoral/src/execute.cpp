@@ -1,0 +1,50 @@
+// The /execute pipeline: admit (parse, resolve, limits), then answer (encode, bound).
+#include "kcoral/execute.hpp"
+
+#include <algorithm>
+
+namespace kcoral {
+
+std::variant<AdmittedRequest, ExecuteAnswer> admit_execute(std::string_view request_id, std::string_view content_type,
+                                                           std::string_view body, BlobStore& store,
+                                                           const ExecuteSettings& settings) {
+  auto error = [&](const Error& failure) { return ExecuteAnswer{encode_error(request_id, failure), "ERROR"}; };
+  auto parsed = parse_execute_request(content_type, body, {});
+  if (!parsed) return error(parsed.error());
+  auto resolved = store.resolve(parsed->program, std::move(parsed->blobs));
+  if (!resolved) return error(resolved.error());
+  if (!resolved->missing.empty()) return ExecuteAnswer{encode_cache_miss(request_id, resolved->missing), "CACHE_MISS"};
+
+  AdmittedRequest request;
+  const ProgramOptions& options = parsed->program.options();
+  request.timeout_seconds = std::min(options.timeout_seconds.value_or(settings.default_timeout_seconds),
+                                     settings.max_timeout_seconds);
+  request.output_limit_bytes = std::min(options.output_limit_bytes.value_or(settings.default_output_limit_bytes),
+                                        settings.max_output_limit_bytes);
+  request.max_binary_bytes = settings.max_response_bytes;
+  request.program_json = std::move(parsed->program_json);
+  request.program = std::move(parsed->program);
+  request.blobs = std::move(resolved->blobs);
+  request.pin = std::move(resolved->pin);
+  return request;
+}
+
+ExecuteAnswer answer_execute(std::string_view request_id, Result<ProgramResult> outcome,
+                             const ResponseTimings& timings, const ExecuteSettings& settings) {
+  // The executor stops encoding returns at the binary limit and says so with a request
+  // kind, not an instruction's.
+  if (outcome && outcome->error && !is_program_kind(outcome->error->kind))
+    outcome = fail(outcome->error->kind, outcome->error->message);
+  if (!outcome) return {encode_error(request_id, outcome.error()), "ERROR"};
+  ExecuteAnswer answer{encode_program_response(request_id, *outcome, timings),
+                       outcome->completed() ? "COMPLETED" : "FAILED"};
+  if (answer.response.body.size() > settings.max_response_bytes)
+    answer = {encode_error(request_id, {ErrorKind::response_too_large,
+                                        "the response (" + std::to_string(answer.response.body.size()) +
+                                            " bytes) exceeds the limit of " +
+                                            std::to_string(settings.max_response_bytes) + " bytes"}),
+              "ERROR"};
+  return answer;
+}
+
+}  // namespace kcoral
