@@ -9,15 +9,19 @@ miss means the server is not keeping its side of the protocol.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable, Sequence
 from types import TracebackType
-from typing import Any
+from typing import Any, ParamSpec, overload
 
 import httpx
 
 from kcoral._codec import loads_json
 from kcoral._errors import ProtocolError, TransportError
 from kcoral._program import Program
+from kcoral._remote import RemoteFunction
 from kcoral._result import CacheMiss, ProgramResult, decode_response, error_from_response
+
+P = ParamSpec("P")
 
 # Added to the server-side timeout to get the client's read timeout. The server does not
 # count time spent waiting for the GPU lease against timeout_seconds, so the margin has to
@@ -125,6 +129,65 @@ class Client:
             if isinstance(outcome, ProgramResult):
                 return outcome
             attempts.append(self._next_blobs(outcome, attempts, all_blobs))
+
+    @overload
+    def function(self, fn: Callable[P, Any], /) -> RemoteFunction[P]: ...
+
+    @overload
+    def function(
+        self,
+        *,
+        timeout_seconds: float | None = None,
+        output_limit_bytes: int | None = None,
+        cpu_only: bool = False,
+        prelude: str | Sequence[str | Callable[..., Any]] = (),
+    ) -> Callable[[Callable[P, Any]], RemoteFunction[P]]: ...
+
+    def function(
+        self,
+        fn: Callable[P, Any] | None = None,
+        /,
+        *,
+        timeout_seconds: float | None = None,
+        output_limit_bytes: int | None = None,
+        cpu_only: bool = False,
+        prelude: str | Sequence[str | Callable[..., Any]] = (),
+    ) -> RemoteFunction[P] | Callable[[Callable[P, Any]], RemoteFunction[P]]:
+        """Decorator: make a local ``def`` a :class:`RemoteFunction` that runs on the server.
+
+        Usage::
+
+            @client.function(timeout_seconds=60)
+            def add(a, b):
+                return a + b
+
+            add(np.arange(3), 1)   # array([1, 2, 3]), computed remotely
+
+        Only source travels: the function's, without its decorators, after the
+        ``prelude`` (source text such as ``"import numpy as np"``, and functions or
+        classes given by their source). Imports belong inside the function or in the
+        prelude. ``timeout_seconds`` and ``output_limit_bytes`` apply to every call as in
+        :meth:`execute`; ``cpu_only`` runs the call without the GPU lease, as
+        ``Program.get_function(cpu_only=True)`` does. Also usable bare: ``@client.function``.
+
+        Raises TypeError for what cannot be a remote function (a lambda, a method, an
+        async or generator function, one wrapped by another decorator), ValueError for a
+        function whose source cannot stand alone (no source available, variables of an
+        enclosing function or globals that the server would not have), and SyntaxError
+        for prelude text that does not compile.
+        """
+
+        def decorate(function: Callable[P, Any]) -> RemoteFunction[P]:
+            return RemoteFunction(
+                self,
+                function,
+                timeout_seconds=timeout_seconds,
+                output_limit_bytes=output_limit_bytes,
+                cpu_only=cpu_only,
+                prelude=prelude,
+            )
+
+        return decorate if fn is None else decorate(fn)
 
     def health(self) -> dict[str, Any]:
         """GET /health: status, load, compile target and installed versions.
