@@ -28,11 +28,13 @@ from kcoral._errors import (
     ServerBusy,
     ServerError,
     TransportError,
+    Unauthorized,
     Unavailable,
 )
 from kcoral._files import ReturnedFile, ReturnedFolder
 from kcoral._local import run_local
 from kcoral._program import Program, Register
+from kcoral._remote import RemoteFunction
 from kcoral._result import ProgramResult
 
 try:
@@ -55,6 +57,7 @@ __all__ = [
     "ProgramResult",
     "ProtocolError",
     "Register",
+    "RemoteFunction",
     "RequestRejected",
     "RequestTooLarge",
     "ResponseTooLarge",
@@ -65,6 +68,7 @@ __all__ = [
     "ServerBusy",
     "ServerError",
     "TransportError",
+    "Unauthorized",
     "Unavailable",
     "run_local",
 ]

@@ -8,6 +8,7 @@ miss means the server is not keeping its side of the protocol.
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Callable, Sequence
 from types import TracebackType
@@ -40,6 +41,9 @@ class Client:
         with Client("http://localhost:8000") as client:
             result = client.execute(program, timeout_seconds=120)
 
+    ``token`` (default: the ``KCORAL_TOKEN`` environment variable) is sent as a bearer token,
+    for a server started with ``--token-file``; without it such a server answers 401
+    (:class:`Unauthorized`) to everything but ``health``.
     ``headers`` are sent with every request. ``connect_timeout_seconds`` bounds opening a
     connection. ``read_timeout_seconds`` bounds waiting for a response; left as ``None``,
     ``execute`` waits ``timeout_seconds + 60`` when given a timeout and indefinitely
@@ -55,12 +59,17 @@ class Client:
         headers: dict[str, str] | None = None,
         connect_timeout_seconds: float = 10.0,
         read_timeout_seconds: float | None = None,
+        token: str | None = None,
     ) -> None:
         self._connect_timeout_seconds = connect_timeout_seconds
         self._read_timeout_seconds = read_timeout_seconds
+        all_headers = dict(headers or {})
+        token = token if token is not None else os.environ.get("KCORAL_TOKEN") or None
+        if token is not None:
+            all_headers["Authorization"] = f"Bearer {token}"
         self._http = httpx.Client(
             base_url=base_url.rstrip("/"),
-            headers=headers,
+            headers=all_headers,
             timeout=self._timeout(read_timeout_seconds),
         )
 

@@ -59,6 +59,11 @@ class RequestRejected(ServerError):
     """HTTP 400 ``parse``: malformed multipart, JSON or program."""
 
 
+class Unauthorized(ServerError):
+    """HTTP 401 ``unauthorized``: the server needs a bearer token (``Client(token=...)`` or
+    ``KCORAL_TOKEN``), or does not accept the one sent."""
+
+
 class RequestTooLarge(ServerError):
     """HTTP 413 ``request_too_large``: the body is over the server's request limit."""
 
@@ -95,7 +100,8 @@ class ResponseTooLarge(ServerError):
 
 
 class ProgramFailed(KCoralError):
-    """A program ran and failed; raised only by :meth:`ProgramResult.raise_for_error`.
+    """A program ran and failed; raised by :meth:`ProgramResult.raise_for_error` (and so by
+    a remote function's call, see :meth:`Client.function`).
 
     Attributes: ``result`` (the whole :class:`ProgramResult`, with partial results and
     captured output), ``kind``, ``message``, ``instruction_index``, ``instruction_op``,
@@ -164,6 +170,7 @@ class EngineFailed(ProgramFailed):
 ERROR_KINDS: dict[str, tuple[type[ServerError] | None, type[ProgramFailed] | None]] = {
     "parse": (RequestRejected, ParseFailed),
     "request_too_large": (RequestTooLarge, None),
+    "unauthorized": (Unauthorized, None),
     "busy": (ServerBusy, None),
     "timeout": (ExecutionTimeout, None),
     "engine": (EngineError, EngineFailed),

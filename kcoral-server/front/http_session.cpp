@@ -92,6 +92,10 @@ void HttpSession::on_header(beast::error_code ec) {
                                                     " at once); retry"});
     }
   }
+  if (auto refused = check_access(header, state_)) {
+    if (header.target().starts_with("/execute")) state_.metrics.record_execute("unauthorized", 0);
+    return reject_and_close(*refused);
+  }
   // Reserve before the client is told to send (100-continue) or anything is read.
   if (!reserve_body()) return reject_and_close(inflight_full());
   if (beast::iequals(header[http::field::expect], "100-continue")) {

@@ -86,6 +86,10 @@ int main(int argc, char** argv) {
                  "Python executable whose environment the workers embed (default: the one installed "
                  "beside kcoral-worker, else the build's)");
   app.add_option("--worker", config.worker_path, "Path of kcoral-worker (default: beside this binary)");
+  app.add_option("--token-file", config.token_file,
+                 "File of bearer tokens, one per line: then every request but GET /health needs "
+                 "`Authorization: Bearer <token>` (else 401). Keep it readable by the server's user only")
+      ->check(CLI::ExistingFile);
 
   auto* clients = app.add_option_group("Clients", "What one client may hold (README: Limits)");
   clients

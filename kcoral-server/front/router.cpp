@@ -1,11 +1,15 @@
 // Routing of GET /health, GET /metrics and POST /execute.
 #include "router.hpp"
 
+#include <openssl/crypto.h>
+
 #include <algorithm>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "descriptors.hpp"
 #include "kcoral/request_id.hpp"
+#include "kcoral/sha256.hpp"
 
 namespace kcoral {
 namespace {
@@ -21,6 +25,7 @@ HttpResponse make_response(const EncodedResponse& encoded, const std::string& re
   response.set(http::field::content_type, encoded.content_type);
   if (!request_id.empty()) response.set("X-Request-ID", request_id);
   if (encoded.http_status == 503) response.set(http::field::retry_after, "1");
+  if (encoded.http_status == 401) response.set(http::field::www_authenticate, "Bearer realm=\"kcoral\"");
   response.body() = encoded.body;
   response.keep_alive(keep_alive);
   response.prepare_payload();
@@ -41,6 +46,7 @@ std::string_view outcome_label(int http_status, std::string_view body_status) {
   switch (http_status) {
     case 200: return body_status == "COMPLETED" ? "completed" : body_status == "FAILED" ? "failed" : "cache_miss";
     case 400: return "rejected";
+    case 401: return "unauthorized";
     case 413: return "too_large";
     case 503: return "busy";
     case 504: return "timeout";
@@ -142,6 +148,46 @@ HttpResponse finish_execute(const ExecuteJob& job, JobOutcome outcome, ServerSta
   double seconds = std::chrono::duration<double>(Clock::now() - job.received).count();
   state.metrics.record_execute(outcome_label(answer.response.http_status, answer.status), seconds);
   return make_response(answer.response, job.request_id, http_version, keep_alive);
+}
+
+std::optional<Error> check_access(const http::request_header<>& header, const ServerState& state) {
+  if (state.token_digests.empty()) return std::nullopt;
+  std::string_view target(header.target().data(), header.target().size());
+  target = target.substr(0, target.find('?'));
+  if (target == "/health" && header.method() == http::verb::get) return std::nullopt;
+  Error refused{ErrorKind::unauthorized,
+                "this server needs a bearer token: send `Authorization: Bearer <token>` (kcoral.Client takes "
+                "token= or the KCORAL_TOKEN environment variable)"};
+  auto [first, last] = header.equal_range(http::field::authorization);
+  if (first == last || std::next(first) != last) return refused;
+  std::string_view value(first->value().data(), first->value().size());
+  constexpr std::string_view kScheme = "Bearer ";
+  if (value.size() <= kScheme.size() ||
+      !boost::beast::iequals(boost::beast::string_view(value.data(), kScheme.size()),
+                             boost::beast::string_view(kScheme.data(), kScheme.size())))
+    return refused;
+  // Digests of equal length, compared in constant time: how far a guess matches stays hidden.
+  std::string digest = sha256_hex(value.substr(kScheme.size()));
+  bool accepted = false;
+  for (const std::string& known : state.token_digests)
+    accepted |= CRYPTO_memcmp(known.data(), digest.data(), digest.size()) == 0;
+  if (accepted) return std::nullopt;
+  refused.message = "the bearer token is not one this server accepts";
+  return refused;
+}
+
+Result<std::vector<std::string>> read_token_file(const std::string& path) {
+  std::ifstream file(path);
+  if (!file) return fail(ErrorKind::engine, "cannot read the token file " + path);
+  std::vector<std::string> digests;
+  for (std::string line; std::getline(file, line);) {
+    auto first = line.find_first_not_of(" \t\r");
+    if (first == std::string::npos) continue;
+    auto last = line.find_last_not_of(" \t\r");
+    digests.push_back(sha256_hex(std::string_view(line).substr(first, last - first + 1)));
+  }
+  if (digests.empty()) return fail(ErrorKind::engine, "the token file " + path + " holds no token");
+  return digests;
 }
 
 HttpResponse error_response(const Error& error, unsigned http_version, bool keep_alive,

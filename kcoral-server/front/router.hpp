@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "execute_job.hpp"
 #include "inflight_bytes.hpp"
@@ -35,6 +36,7 @@ struct ServerState {
   std::atomic<bool> stopping{false};
   std::atomic<int> responses_pending{0};  // accepted programs whose answer is not yet written
   std::uint64_t descriptor_limit = 0;
+  std::vector<std::string> token_digests{};  // SHA-256 of each accepted token; empty: open
   std::atomic<std::size_t> connections{0};  // HttpSessions alive
   InflightBytes inflight{config.max_inflight_bytes};
   ExecuteSettings execute{config.default_timeout_seconds, config.max_timeout_seconds,
@@ -48,6 +50,14 @@ struct RouteResult {
 };
 
 [[nodiscard]] RouteResult route(const HttpRequest& request, ServerState& state);
+// With --token-file, every request but GET /health must carry one of its tokens as
+// `Authorization: Bearer <token>`: unauthorized otherwise. Checked on the header alone,
+// before any body is read.
+[[nodiscard]] std::optional<Error> check_access(const boost::beast::http::request_header<>& header,
+                                                const ServerState& state);
+// The accepted tokens' digests, read from a token file (one token per line, blank lines
+// and surrounding spaces ignored).
+[[nodiscard]] Result<std::vector<std::string>> read_token_file(const std::string& path);
 [[nodiscard]] HttpResponse finish_execute(const ExecuteJob& job, JobOutcome outcome,
                                           ServerState& state, unsigned http_version, bool keep_alive);
 // An error response outside a program (malformed HTTP, too large, …).

@@ -2,6 +2,7 @@
 #include "server.hpp"
 
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <boost/asio/io_context.hpp>
@@ -126,6 +127,28 @@ int run_server(ServerConfig config) {
   config.max_connections = plan.max_connections;
   config.blob_cache_max_files = plan.blob_cache_files;
 
+  std::vector<std::string> token_digests;
+  if (!config.token_file.empty()) {
+    auto tokens = read_token_file(config.token_file);
+    if (!tokens) {
+      std::fprintf(stderr, "kcoral-server: --token-file: %s\n", tokens.error().message.c_str());
+      return 2;
+    }
+    token_digests = std::move(*tokens);
+    struct stat info {};
+    if (::stat(config.token_file.c_str(), &info) == 0 && (info.st_mode & 077) != 0)
+      std::fprintf(stderr, "kcoral-server: the token file %s is readable by other users; make it 0600\n",
+                   config.token_file.c_str());
+  }
+  boost::asio::ip::address listen_address;
+  boost::system::error_code address_error;
+  listen_address = boost::asio::ip::make_address(config.host, address_error);
+  if (!address_error && !listen_address.is_loopback() && token_digests.empty())
+    std::fprintf(stderr,
+                 "kcoral-server: listening on %s without --token-file: anyone who can reach it can run "
+                 "programs here\n",
+                 config.host.c_str());
+
   boost::asio::io_context io(static_cast<int>(config.io_threads));
   BlobStore blobs({config.blob_cache_bytes, config.blob_cache_max_blobs, config.blob_cache_max_files});
   Metrics metrics;
@@ -133,6 +156,7 @@ int run_server(ServerConfig config) {
   ServerState state{config, blobs, pool, metrics, new_request_id(), now_rfc3339(),
                     config.device == "gpu" ? pool_config.groups.size() : 0, target_arch};
   state.descriptor_limit = descriptor_limit;
+  state.token_digests = std::move(token_digests);
 
   if (auto started = pool.start(); !started) {
     std::fprintf(stderr, "kcoral-server: %s\n", started.error().message.c_str());

@@ -48,6 +48,7 @@ struct ServerConfig {
   std::string work_root;       // empty: $TMPDIR/kcoral-<pid>
   std::string worker_path;     // empty: kcoral-worker beside this binary
   std::string python;          // empty: the worker's own choice
+  std::string token_file;      // bearer tokens, one per line; empty: no access control
 
   // The sandbox of every program (see kcoral-server/worker/sandbox.hpp).
   std::string sandbox = "namespaces";  // or "none"

@@ -16,7 +16,7 @@ struct KindRow {
 
 // Program kinds carry the status a request with that kind gets outside a program: a
 // malformed program is 400, anything else the server could not attribute is 500.
-constexpr std::array<KindRow, 14> kKinds{{
+constexpr std::array<KindRow, 15> kKinds{{
     {ErrorKind::parse, "parse", 400, true},
     {ErrorKind::compile, "compile", 500, true},
     {ErrorKind::runtime, "runtime", 500, true},
@@ -31,6 +31,7 @@ constexpr std::array<KindRow, 14> kKinds{{
     {ErrorKind::response_too_large, "response_too_large", 500, false},
     {ErrorKind::not_found, "not_found", 404, false},
     {ErrorKind::method_not_allowed, "method_not_allowed", 405, false},
+    {ErrorKind::unauthorized, "unauthorized", 401, false},
 }};
 
 const KindRow& row(ErrorKind kind) {

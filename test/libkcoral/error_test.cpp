@@ -14,7 +14,7 @@ TEST_SUITE("error") {
 
 TEST_CASE("kAllErrorKinds lists every enum value once, in declaration order") {
   constexpr auto count = std::size(kcoral::kAllErrorKinds);
-  CHECK(count == static_cast<std::size_t>(ErrorKind::method_not_allowed) + 1);
+  CHECK(count == static_cast<std::size_t>(ErrorKind::unauthorized) + 1);
   for (std::size_t i = 0; i < count; ++i)
     CHECK(static_cast<std::size_t>(kcoral::kAllErrorKinds[i]) == i);
 }
@@ -47,6 +47,7 @@ TEST_CASE("wire strings are the protocol's snake_case names") {
   CHECK(kcoral::to_wire(ErrorKind::response_too_large) == "response_too_large");
   CHECK(kcoral::to_wire(ErrorKind::not_found) == "not_found");
   CHECK(kcoral::to_wire(ErrorKind::method_not_allowed) == "method_not_allowed");
+  CHECK(kcoral::to_wire(ErrorKind::unauthorized) == "unauthorized");
 }
 
 TEST_CASE("unknown, empty and differently cased wire strings are not kinds") {
@@ -68,6 +69,7 @@ TEST_CASE("every kind has the HTTP status PROTOCOL.md gives it outside a program
       case ErrorKind::timeout: expected = 504; break;
       case ErrorKind::not_found: expected = 404; break;
       case ErrorKind::method_not_allowed: expected = 405; break;
+      case ErrorKind::unauthorized: expected = 401; break;
       default: break;
     }
     CHECK(kcoral::http_status(kind) == expected);

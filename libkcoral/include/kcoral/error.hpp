@@ -31,6 +31,7 @@ enum class ErrorKind {
   response_too_large,
   not_found,
   method_not_allowed,
+  unauthorized,
 };
 
 inline constexpr ErrorKind kAllErrorKinds[] = {
@@ -38,7 +39,7 @@ inline constexpr ErrorKind kAllErrorKinds[] = {
     ErrorKind::gpu_access,     ErrorKind::correctness,   ErrorKind::serialization,
     ErrorKind::unavailable,    ErrorKind::engine,        ErrorKind::request_too_large,
     ErrorKind::busy,           ErrorKind::timeout,       ErrorKind::response_too_large,
-    ErrorKind::not_found,      ErrorKind::method_not_allowed,
+    ErrorKind::not_found,      ErrorKind::method_not_allowed, ErrorKind::unauthorized,
 };
 
 [[nodiscard]] std::string_view to_wire(ErrorKind kind);

@@ -12,7 +12,9 @@ that the server refused it the documented way and went on serving everyone else:
 - slow senders: an idle connection, a header and a body under the minimum rate are cut;
 - a client that goes away has its program dropped from the queue, or killed if it runs;
 - shutdown: running programs are killed and answered 503 after the grace, and a second
-  signal stops the server at once.
+  signal stops the server at once;
+- with --token-file, requests without a token are refused on their header (401), /health
+  stays open, and the client sends its token.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import threading
 import time
 
 import pytest
-from kcoral import Program
+from kcoral import Program, Unauthorized
 
 from e2e.harness import wait_until
 from e2e.programs import call
@@ -343,3 +345,44 @@ def test_a_second_signal_stops_at_once(start_server):
     assert response.status_code == 503
     assert "second signal" in response.json()["error"]["message"]
     assert "again: stopping now" in server.stderr_text()
+
+
+# -- access control ---------------------------------------------------------------------------
+
+
+def test_a_token_file_closes_everything_but_health_to_requests_without_the_token(start_server, tmp_path):
+    tokens = tmp_path / "tokens"
+    tokens.write_text("first-secret\n\n  second-secret  \n")
+    tokens.chmod(0o600)
+    server = start_server("--num-workers", "1", "--token-file", str(tokens))
+    assert server.get("/health").status_code == 200
+    program = call("def f():\n    return 6\n", "f")
+    content_type, body = program.to_request()
+    for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "Basic Zmlyc3Q="},
+                    {"Authorization": "Bearer"}):
+        refused = server.post(content_type, body, headers=headers)
+        assert refused.status_code == 401, headers
+        assert refused.json()["error"]["kind"] == "unauthorized"
+        assert refused.headers["www-authenticate"].startswith("Bearer")
+    assert server.request("GET", "/metrics").status_code == 401
+    # Refused on the header, before a large body is read.
+    sock = connect(server)
+    sock.sendall(b"POST /execute HTTP/1.1\r\nHost: x\r\nContent-Type: multipart/form-data; boundary=b\r\n"
+                 b"Content-Length: 200000000\r\n\r\n")
+    assert status_of(read_response(sock)) == 401
+    with pytest.raises(Unauthorized):
+        server.execute(program)
+    for token in ("first-secret", "second-secret"):
+        with server.client(token=token) as client:
+            assert client.execute(program).raise_for_error()["out"] == 6
+    assert server.request("GET", "/metrics", headers={"Authorization": "Bearer first-secret"}).status_code == 200
+
+
+def test_the_client_takes_its_token_from_kcoral_token(start_server, tmp_path, monkeypatch):
+    tokens = tmp_path / "tokens"
+    tokens.write_text("from-the-environment\n")
+    tokens.chmod(0o644)
+    server = start_server("--num-workers", "1", "--token-file", str(tokens))
+    assert "readable by other users" in server.stderr_text()
+    monkeypatch.setenv("KCORAL_TOKEN", "from-the-environment")
+    assert server.execute(call("def f():\n    return 8\n", "f")).raise_for_error()["out"] == 8

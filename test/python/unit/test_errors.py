@@ -22,6 +22,7 @@ from kcoral import (
     ServerBusy,
     ServerError,
     TransportError,
+    Unauthorized,
     Unavailable,
 )
 from kcoral._errors import ERROR_KINDS, PROGRAM_ERROR_KINDS, program_failed, server_error
@@ -33,6 +34,7 @@ SERVER_KINDS = {
     "timeout": (504, ExecutionTimeout),
     "engine": (500, EngineError),
     "response_too_large": (500, ResponseTooLarge),
+    "unauthorized": (401, Unauthorized),
 }
 PROGRAM_KINDS = {
     "parse": ParseFailed,

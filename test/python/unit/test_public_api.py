@@ -22,6 +22,7 @@ EXPECTED_EXPORTS = [
     "ProgramResult",
     "ProtocolError",
     "Register",
+    "RemoteFunction",
     "RequestRejected",
     "RequestTooLarge",
     "ResponseTooLarge",
@@ -32,6 +33,7 @@ EXPECTED_EXPORTS = [
     "ServerBusy",
     "ServerError",
     "TransportError",
+    "Unauthorized",
     "Unavailable",
     "run_local",
 ]
