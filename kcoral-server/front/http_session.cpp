@@ -41,6 +41,9 @@ HttpSession::HttpSession(boost::asio::ip::tcp::socket socket, ServerState& state
       held_(state.inflight),
       body_timer_(stream_.get_executor()) {
   ++state_.connections;
+  beast::error_code ec;
+  auto endpoint = stream_.socket().remote_endpoint(ec);
+  if (!ec) peer_ = endpoint.address().to_string() + ":" + std::to_string(endpoint.port());
 }
 
 HttpSession::~HttpSession() { --state_.connections; }
@@ -92,10 +95,7 @@ void HttpSession::on_header(beast::error_code ec) {
                                                     " at once); retry"});
     }
   }
-  if (auto refused = check_access(header, state_)) {
-    if (header.target().starts_with("/execute")) state_.metrics.record_execute("unauthorized", 0);
-    return reject_and_close(*refused);
-  }
+  if (auto refused = check_access(header, state_)) return reject_and_close(*refused);
   // Reserve before the client is told to send (100-continue) or anything is read.
   if (!reserve_body()) return reject_and_close(inflight_full());
   if (beast::iequals(header[http::field::expect], "100-continue")) {
@@ -182,7 +182,7 @@ void HttpSession::on_body(beast::error_code ec, std::size_t bytes) {
 }
 
 void HttpSession::handle(HttpRequest request) {
-  RouteResult routed = route(request, state_);
+  RouteResult routed = route(request, state_, peer_);
   if (routed.response) return write(std::move(*routed.response));
   unsigned version = request.version();
   bool keep_alive = request.keep_alive();
@@ -196,8 +196,10 @@ void HttpSession::handle(HttpRequest request) {
     boost::asio::post(self->stream_.get_executor(), [self, job = std::move(job), outcome = std::move(outcome), version,
                                                      keep_alive]() mutable {
       if (self->client_gone_) {
-        self->state_.metrics.record_execute(
-            "abandoned", std::chrono::duration<double>(Clock::now() - job->received).count());
+        record_execute(self->state_, {job->request_id, job->client, 0, "", "abandoned", ErrorKind::busy,
+                                      "the client went away before its answer", &job->program, outcome.timings,
+                                      std::chrono::duration<double>(Clock::now() - job->received).count(),
+                                      job->request_bytes, 0});
         self->answering_job_ = false;
         --self->state_.responses_pending;
         return self->close();
@@ -270,10 +272,13 @@ void HttpSession::reject_and_close(const Error& error, bool drain) {
     std::string value(sent.data(), sent.size());
     if (is_canonical_request_id(value)) request_id = value;
   }
+  if (request_id.empty()) request_id = new_request_id();
   response_ = std::make_shared<HttpResponse>(error_response(error, 11, false, request_id));
   // The one timeout a session reports is the client's own: 408, not a program's 504.
   if (error.kind == ErrorKind::timeout) response_->result(http::status::request_timeout);
-  if (error.kind == ErrorKind::request_too_large) state_.metrics.record_execute("too_large", 0);
+  if (parser_ && parser_->get().target().starts_with("/execute"))
+    record_execute(state_, {request_id, peer_, static_cast<int>(response_->result_int()), "ERROR", {}, error.kind,
+                            error.message, nullptr, {}, 0, 0, response_->body().size()});
   stream_.expires_after(kWriteTimeout);
   http::async_write(stream_, *response_, [self = shared_from_this(), drain](beast::error_code ec, std::size_t) {
     if (ec || !drain) return self->close();

@@ -69,6 +69,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   std::shared_ptr<boost::beast::http::response<boost::beast::http::empty_body>> continue_;
   ServerState& state_;
   const bool overflow_;
+  std::string peer_;  // the client's address and port
   InflightBytes::Reservation held_;  // this request's bytes, until its response is written
   Clock::time_point window_start_;   // the body rate's current window
   std::uint64_t window_bytes_ = 0;

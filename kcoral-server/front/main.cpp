@@ -86,6 +86,15 @@ int main(int argc, char** argv) {
                  "Python executable whose environment the workers embed (default: the one installed "
                  "beside kcoral-worker, else the build's)");
   app.add_option("--worker", config.worker_path, "Path of kcoral-worker (default: beside this binary)");
+  app.add_option("--log-dir", config.log_dir,
+                 "Directory of the event log: one JSON line per POST /execute in events.jsonl (request id, "
+                 "client, outcome, error kind, program shape, timings, sizes)");
+  app.add_option("--log-max-bytes", config.log_max_bytes, "Size at which the event log's file is rotated")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--log-files", config.log_files, "Event log files kept, the current one included")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   app.add_option("--token-file", config.token_file,
                  "File of bearer tokens, one per line: then every request but GET /health needs "
                  "`Authorization: Bearer <token>` (else 401). Keep it readable by the server's user only")

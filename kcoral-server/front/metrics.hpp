@@ -43,9 +43,9 @@ class Metrics {
                                                            "slow_body",             "inflight_full"};
 
   // The outcomes of POST /execute, as label values.
-  static constexpr std::array<std::string_view, 11> kOutcomes{
-      "completed", "failed",  "cache_miss", "rejected",  "unauthorized", "too_large",
-      "busy",      "timeout", "error",      "abandoned", "other"};
+  static constexpr std::array<std::string_view, 12> kOutcomes{
+      "completed", "failed", "cache_miss", "rejected",  "unauthorized", "too_large",
+      "busy",      "timeout", "error",     "abandoned", "slow_client", "other"};
   static constexpr std::array<double, 16> kBucketsSeconds{
       0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 120, 900};
 

@@ -47,6 +47,7 @@ std::string_view outcome_label(int http_status, std::string_view body_status) {
     case 200: return body_status == "COMPLETED" ? "completed" : body_status == "FAILED" ? "failed" : "cache_miss";
     case 400: return "rejected";
     case 401: return "unauthorized";
+    case 408: return "slow_client";
     case 413: return "too_large";
     case 503: return "busy";
     case 504: return "timeout";
@@ -76,24 +77,33 @@ HttpResponse health(const HttpRequest& request, ServerState& state, const std::s
                        request.version(), request.keep_alive() && !state.stopping);
 }
 
-RouteResult execute(const HttpRequest& request, ServerState& state, std::string request_id) {
-  auto answer = [&](const EncodedResponse& encoded, std::string_view status) {
-    state.metrics.record_execute(outcome_label(encoded.http_status, status), 0);
+RouteResult execute(const HttpRequest& request, ServerState& state, std::string request_id, std::string_view client) {
+  Clock::time_point received = Clock::now();
+  auto answer = [&](const EncodedResponse& encoded, std::string_view status, const Error* error,
+                    const Program* program) {
+    record_execute(state, {request_id, client, encoded.http_status, status, {},
+                           error ? std::optional(error->kind) : std::nullopt, error ? error->message : "", program,
+                           {}, std::chrono::duration<double>(Clock::now() - received).count(),
+                           request.body().size(), encoded.body.size()});
     return RouteResult{make_response(encoded, request_id, request.version(),
                                      request.keep_alive() && !state.stopping),
                        nullptr};
   };
-  if (state.stopping)
-    return answer(encode_error(request_id, {ErrorKind::busy, "the server is shutting down"}), "ERROR");
-  Clock::time_point received = Clock::now();
+  if (state.stopping) {
+    Error busy{ErrorKind::busy, "the server is shutting down"};
+    return answer(encode_error(request_id, busy), "ERROR", &busy, nullptr);
+  }
   auto content_type = request[http::field::content_type];
   auto admitted = admit_execute(request_id, {content_type.data(), content_type.size()}, request.body(), state.blobs,
                                 state.execute);
-  if (auto* now = std::get_if<ExecuteAnswer>(&admitted)) return answer(now->response, now->status);
+  if (auto* now = std::get_if<ExecuteAnswer>(&admitted))
+    return answer(now->response, now->status, now->error ? &*now->error : nullptr, now->program ? &*now->program : nullptr);
 
   auto& admitted_request = std::get<AdmittedRequest>(admitted);
   auto job = std::make_shared<ExecuteJob>();
   job->request_id = std::move(request_id);
+  job->client = std::string(client);
+  job->request_bytes = request.body().size();
   job->program_json = std::move(admitted_request.program_json);  // the worker parses it again
   job->program = std::move(admitted_request.program);
   job->blobs = std::move(admitted_request.blobs);
@@ -107,7 +117,7 @@ RouteResult execute(const HttpRequest& request, ServerState& state, std::string 
 
 }  // namespace
 
-RouteResult route(const HttpRequest& request, ServerState& state) {
+RouteResult route(const HttpRequest& request, ServerState& state, std::string_view client) {
   std::string_view target(request.target().data(), request.target().size());
   target = target.substr(0, target.find('?'));
   unsigned version = request.version();
@@ -122,7 +132,7 @@ RouteResult route(const HttpRequest& request, ServerState& state) {
   };
   if (target == "/execute") {
     if (request.method() != http::verb::post) return method_not_allowed("POST");
-    return execute(request, state, std::move(request_id));
+    return execute(request, state, std::move(request_id), client);
   }
   state.metrics.record_other_request();
   if (target == "/health") {
@@ -144,10 +154,64 @@ RouteResult route(const HttpRequest& request, ServerState& state) {
 
 HttpResponse finish_execute(const ExecuteJob& job, JobOutcome outcome, ServerState& state,
                             unsigned http_version, bool keep_alive) {
+  // The error, for the record, before the outcome is handed on.
+  std::optional<ErrorKind> error_kind;
+  std::string error_message;
+  if (!outcome.result) {
+    error_kind = outcome.result.error().kind;
+    error_message = outcome.result.error().message;
+  } else if (outcome.result->error) {
+    error_kind = outcome.result->error->kind;
+    error_message = outcome.result->error->message;
+  }
   ExecuteAnswer answer = answer_execute(job.request_id, std::move(outcome.result), outcome.timings, state.execute);
-  double seconds = std::chrono::duration<double>(Clock::now() - job.received).count();
-  state.metrics.record_execute(outcome_label(answer.response.http_status, answer.status), seconds);
+  if (answer.status == "ERROR" && answer.error) {  // it may have become response_too_large
+    error_kind = answer.error->kind;
+    error_message = answer.error->message;
+  }
+  record_execute(state, {job.request_id, job.client, answer.response.http_status, answer.status, {}, error_kind,
+                         error_message, &job.program, outcome.timings,
+                         std::chrono::duration<double>(Clock::now() - job.received).count(), job.request_bytes,
+                         answer.response.body.size()});
   return make_response(answer.response, job.request_id, http_version, keep_alive);
+}
+
+void record_execute(ServerState& state, const ExecuteRecord& record) {
+  std::string_view label = record.outcome.empty() ? outcome_label(record.http_status, record.status) : record.outcome;
+  state.metrics.record_execute(label, record.seconds);
+  if (state.event_log == nullptr) return;
+  Json line{{"time", now_rfc3339()},
+            {"request_id", record.request_id},
+            {"client", record.client},
+            {"outcome", label},
+            {"http_status", record.http_status},
+            {"status", record.status}};
+  line["error"] = record.error_kind ? Json{{"kind", to_wire(*record.error_kind)},
+                                           {"message", std::string(record.error_message.substr(0, 300))}}
+                                    : Json(nullptr);
+  if (record.program != nullptr) {
+    Json ops = Json::object();
+    for (const Instruction& instruction : record.program->instructions()) {
+      std::string op(op_name(instruction));
+      ops[op] = ops.value(op, 0) + 1;
+    }
+    line["program"] = {{"instructions", record.program->instructions().size()},
+                       {"ops", std::move(ops)},
+                       {"blobs", record.program->blobs().size()},
+                       {"timeout_seconds", record.program->options().timeout_seconds
+                                               ? Json(*record.program->options().timeout_seconds)
+                                               : Json(nullptr)}};
+  } else {
+    line["program"] = nullptr;
+  }
+  line["timings"] = {{"seconds", record.seconds},
+                     {"queue_ms", record.timings.queue_ms},
+                     {"elapsed_ms", record.timings.elapsed_ms},
+                     {"lease_wait_ms", record.timings.lease_wait_ms},
+                     {"lease_held_ms", record.timings.lease_held_ms}};
+  line["request_bytes"] = record.request_bytes;
+  line["response_bytes"] = record.response_bytes;
+  state.event_log->write(line.dump(-1, ' ', false, Json::error_handler_t::replace));
 }
 
 std::optional<Error> check_access(const http::request_header<>& header, const ServerState& state) {

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "event_log.hpp"
 #include "execute_job.hpp"
 #include "inflight_bytes.hpp"
 #include "kcoral/blob_store.hpp"
@@ -37,6 +38,7 @@ struct ServerState {
   std::atomic<int> responses_pending{0};  // accepted programs whose answer is not yet written
   std::uint64_t descriptor_limit = 0;
   std::vector<std::string> token_digests{};  // SHA-256 of each accepted token; empty: open
+  EventLog* event_log = nullptr;             // --log-dir; null: none
   std::atomic<std::size_t> connections{0};  // HttpSessions alive
   InflightBytes inflight{config.max_inflight_bytes};
   ExecuteSettings execute{config.default_timeout_seconds, config.max_timeout_seconds,
@@ -49,7 +51,27 @@ struct RouteResult {
   std::shared_ptr<ExecuteJob> job;       // run this and answer with finish_execute
 };
 
-[[nodiscard]] RouteResult route(const HttpRequest& request, ServerState& state);
+// `client`: the peer's address, for the event log.
+[[nodiscard]] RouteResult route(const HttpRequest& request, ServerState& state, std::string_view client = {});
+
+// What one POST /execute came to: counted in the metrics and, with --log-dir, written to
+// the event log. Every /execute is recorded once, whether answered by the router, by its
+// program, or refused by the session on its header or body.
+struct ExecuteRecord {
+  std::string_view request_id;
+  std::string_view client;
+  int http_status = 0;
+  std::string_view status;   // the body's: COMPLETED, FAILED, CACHE_MISS or ERROR
+  std::string_view outcome;  // the metrics label when not the status's (abandoned)
+  std::optional<ErrorKind> error_kind;
+  std::string_view error_message;
+  const Program* program = nullptr;  // when it was parsed
+  ResponseTimings timings{};
+  double seconds = 0;  // arrival to answer
+  std::uint64_t request_bytes = 0;
+  std::uint64_t response_bytes = 0;
+};
+void record_execute(ServerState& state, const ExecuteRecord& record);
 // With --token-file, every request but GET /health must carry one of its tokens as
 // `Authorization: Bearer <token>`: unauthorized otherwise. Checked on the header alone,
 // before any body is read.

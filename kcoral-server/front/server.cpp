@@ -13,7 +13,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <ctime>
 #include <sstream>
 #include <thread>
 
@@ -26,17 +25,6 @@
 namespace kcoral {
 namespace {
 
-std::string now_rfc3339() {
-  auto now = std::chrono::system_clock::now();
-  std::time_t seconds = std::chrono::system_clock::to_time_t(now);
-  auto micros = std::chrono::duration_cast<std::chrono::microseconds>(now.time_since_epoch()).count() % 1000000;
-  std::tm utc{};
-  ::gmtime_r(&seconds, &utc);
-  char text[64];
-  std::size_t n = std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%S", &utc);
-  std::snprintf(text + n, sizeof text - n, ".%06lldZ", static_cast<long long>(micros));
-  return text;
-}
 
 // The sandbox settings, as kcoral-worker takes them.
 std::vector<std::string> sandbox_args(const ServerConfig& config) {
@@ -149,6 +137,16 @@ int run_server(ServerConfig config) {
                  "programs here\n",
                  config.host.c_str());
 
+  std::unique_ptr<EventLog> event_log;
+  if (!config.log_dir.empty()) {
+    auto opened = EventLog::open({config.log_dir, config.log_max_bytes, config.log_files});
+    if (!opened) {
+      std::fprintf(stderr, "kcoral-server: --log-dir: %s\n", opened.error().message.c_str());
+      return 2;
+    }
+    event_log = std::move(*opened);
+  }
+
   boost::asio::io_context io(static_cast<int>(config.io_threads));
   BlobStore blobs({config.blob_cache_bytes, config.blob_cache_max_blobs, config.blob_cache_max_files});
   Metrics metrics;
@@ -157,6 +155,7 @@ int run_server(ServerConfig config) {
                     config.device == "gpu" ? pool_config.groups.size() : 0, target_arch};
   state.descriptor_limit = descriptor_limit;
   state.token_digests = std::move(token_digests);
+  state.event_log = event_log.get();
 
   if (auto started = pool.start(); !started) {
     std::fprintf(stderr, "kcoral-server: %s\n", started.error().message.c_str());

@@ -49,6 +49,9 @@ struct ServerConfig {
   std::string worker_path;     // empty: kcoral-worker beside this binary
   std::string python;          // empty: the worker's own choice
   std::string token_file;      // bearer tokens, one per line; empty: no access control
+  std::string log_dir;         // the event log's directory; empty: no event log
+  std::uint64_t log_max_bytes = 64ull << 20;
+  std::size_t log_files = 5;
 
   // The sandbox of every program (see kcoral-server/worker/sandbox.hpp).
   std::string sandbox = "namespaces";  // or "none"

@@ -8,12 +8,16 @@ namespace kcoral {
 std::variant<AdmittedRequest, ExecuteAnswer> admit_execute(std::string_view request_id, std::string_view content_type,
                                                            std::string_view body, BlobStore& store,
                                                            const ExecuteSettings& settings) {
-  auto error = [&](const Error& failure) { return ExecuteAnswer{encode_error(request_id, failure), "ERROR"}; };
+  auto error = [&](const Error& failure) {
+    return ExecuteAnswer{encode_error(request_id, failure), "ERROR", failure, std::nullopt};
+  };
   auto parsed = parse_execute_request(content_type, body, {});
   if (!parsed) return error(parsed.error());
   auto resolved = store.resolve(parsed->program, std::move(parsed->blobs));
   if (!resolved) return error(resolved.error());
-  if (!resolved->missing.empty()) return ExecuteAnswer{encode_cache_miss(request_id, resolved->missing), "CACHE_MISS"};
+  if (!resolved->missing.empty())
+    return ExecuteAnswer{encode_cache_miss(request_id, resolved->missing), "CACHE_MISS", std::nullopt,
+                         std::move(parsed->program)};
 
   AdmittedRequest request;
   const ProgramOptions& options = parsed->program.options();
@@ -35,15 +39,15 @@ ExecuteAnswer answer_execute(std::string_view request_id, Result<ProgramResult> 
   // kind, not an instruction's.
   if (outcome && outcome->error && !is_program_kind(outcome->error->kind))
     outcome = fail(outcome->error->kind, outcome->error->message);
-  if (!outcome) return {encode_error(request_id, outcome.error()), "ERROR"};
+  if (!outcome) return {encode_error(request_id, outcome.error()), "ERROR", outcome.error(), std::nullopt};
   ExecuteAnswer answer{encode_program_response(request_id, *outcome, timings),
-                       outcome->completed() ? "COMPLETED" : "FAILED"};
-  if (answer.response.body.size() > settings.max_response_bytes)
-    answer = {encode_error(request_id, {ErrorKind::response_too_large,
-                                        "the response (" + std::to_string(answer.response.body.size()) +
-                                            " bytes) exceeds the limit of " +
-                                            std::to_string(settings.max_response_bytes) + " bytes"}),
-              "ERROR"};
+                       outcome->completed() ? "COMPLETED" : "FAILED", std::nullopt, std::nullopt};
+  if (answer.response.body.size() > settings.max_response_bytes) {
+    Error too_large{ErrorKind::response_too_large, "the response (" + std::to_string(answer.response.body.size()) +
+                                                       " bytes) exceeds the limit of " +
+                                                       std::to_string(settings.max_response_bytes) + " bytes"};
+    answer = {encode_error(request_id, too_large), "ERROR", too_large, std::nullopt};
+  }
   return answer;
 }
 

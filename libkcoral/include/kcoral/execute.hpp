@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -45,10 +46,13 @@ struct AdmittedRequest {
   std::uint64_t max_binary_bytes = 0;  // of its returned values
 };
 
-// A response, with its body's status (COMPLETED, FAILED, CACHE_MISS or ERROR).
+// A response, with its body's status (COMPLETED, FAILED, CACHE_MISS or ERROR), and for
+// the server's records the request error (status ERROR) or the program (CACHE_MISS).
 struct ExecuteAnswer {
   EncodedResponse response;
   std::string_view status;
+  std::optional<Error> error;
+  std::optional<Program> program;
 };
 
 // Parses and validates the request, then resolves its blobs through `store` (which keeps

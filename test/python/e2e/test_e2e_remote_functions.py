@@ -306,7 +306,8 @@ def test_a_second_call_does_not_send_the_module_again(start_server):
 
 def readme_examples() -> list[str]:
     text = README.read_text()
-    section = text[text.index("### Remote functions"):text.index("### Endpoints")]
+    start = text.index("### Remote functions")
+    section = text[start:text.index("\n### ", start)]
     return re.findall(r"```python\n(.*?)```", section, re.S)
 
 
