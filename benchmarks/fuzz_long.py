@@ -152,6 +152,7 @@ def main() -> None:
     parallel = min(args.cores, len(args.targets))
     jobs = max(1, args.cores // len(args.targets))
     started = datetime.datetime.now(datetime.timezone.utc)
+    commit = first_line(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"])
     load_before = load_average()
     print(f"fuzz_long: {len(args.targets)} targets, {parallel} at once, {jobs} job(s) each, "
           f"{args.runs} runs each, time limits {max_time}", flush=True)
@@ -175,7 +176,6 @@ def main() -> None:
 
     if args.json:
         clang = first_line(["clang++-19", "--version"])
-        commit = first_line(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"])
         document = {
             "started": started.isoformat(timespec="seconds"),
             "commit": commit,
