@@ -5,9 +5,12 @@
 #include <fcntl.h>
 #include <signal.h>
 
-#include <cstdio>
 #include <algorithm>
+#include <charconv>
+#include <cstdio>
+#include <nlohmann/json.hpp>
 #include <numeric>
+#include <vector>
 
 namespace kcoral {
 namespace {
@@ -24,6 +27,38 @@ double ms_between(WorkerHandle::Clock::time_point from, WorkerHandle::Clock::tim
 // The error kinds a worker may report for a program: those of a failed instruction, and
 // a response that would not fit.
 bool worker_may_report(ErrorKind kind) { return is_program_kind(kind) || kind == ErrorKind::response_too_large; }
+
+// A worker's returned values are spliced into the response as they are, so they must be
+// one JSON object whose binary nodes name each result part exactly once: otherwise a
+// worker could break the response's JSON or add fields to it (a second "status", say).
+Status check_results(const std::string& results, std::size_t parts) {
+  nlohmann::json tree = nlohmann::json::parse(results, nullptr, /*allow_exceptions=*/false);
+  if (!tree.is_object()) return fail(ErrorKind::engine, "a result whose returned values are not one JSON object");
+  std::vector<bool> named(parts, false);
+  std::vector<const nlohmann::json*> pending{&tree};  // iterative: nesting depth is the worker's choice
+  while (!pending.empty()) {
+    const nlohmann::json* node = pending.back();
+    pending.pop_back();
+    if (node->is_object()) {
+      if (auto part = node->find("part"); part != node->end() && part->is_string()) {
+        const std::string& name = part->get_ref<const std::string&>();
+        std::size_t index = 0;
+        auto [end, ec] = std::from_chars(name.data() + std::min<std::size_t>(7, name.size()), name.data() + name.size(),
+                                         index);
+        if (!name.starts_with("return:") || ec != std::errc() || end != name.data() + name.size() || index >= parts ||
+            named[index])
+          return fail(ErrorKind::engine, "a result whose returned values name a part wrongly ('" + name.substr(0, 40) +
+                                             "')");
+        named[index] = true;
+      }
+    }
+    if (node->is_structured())
+      for (const auto& child : *node) pending.push_back(&child);
+  }
+  if (std::find(named.begin(), named.end(), false) != named.end())
+    return fail(ErrorKind::engine, "a result with a part its returned values do not name");
+  return {};
+}
 
 // Sends a job's blobs, then its program. Blobs that share a memfd (those of one request)
 // share its descriptor; a batch carries at most the descriptors one frame may.
@@ -196,6 +231,8 @@ void WorkerHandle::on_result(wire::Result message, std::vector<UniqueFd> fds) {
 }
 
 Result<ProgramResult> WorkerHandle::decode_result(wire::Result message, std::vector<UniqueFd> fds) const {
+  if (auto checked = check_results(message.results, message.part_sizes.size()); !checked)
+    return std::unexpected(checked.error());
   ProgramResult result;
   result.results_json = std::move(message.results);
   result.stdout_output = {std::move(message.stdout_text), message.stdout_truncated};

@@ -51,9 +51,12 @@ kcoral::UniqueFd memfd_with(std::string_view data, bool sealed) {
   return fd;
 }
 
+// A completed result; each part named by one returned value, as a worker's are.
 wire::Result completed(std::vector<std::uint64_t> part_sizes = {}) {
-  return {false, R"({"out":{"type":"int","value":"1"}})", "printed", false, "", false, 1.5, std::move(part_sizes),
-          std::nullopt};
+  std::string results = R"({"out":{"type":"int","value":"1"})";
+  for (std::size_t i = 0; i < part_sizes.size(); ++i)
+    results += R"(,"b)" + std::to_string(i) + R"(":{"type":"bytes","part":"return:)" + std::to_string(i) + "\"}";
+  return {false, results + "}", "printed", false, "", false, 1.5, std::move(part_sizes), std::nullopt};
 }
 
 struct Harness {
@@ -297,6 +300,41 @@ TEST_CASE("results that are not what they claim kill the worker") {
     ::fcntl(huge.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE);
     h.send(completed({std::uint64_t{64} << 30}), {huge.get()});
     CHECK(h.engine_error().find("exceed the job's binary limit") != std::string::npos);
+  }
+  SUBCASE("returned values that are not one JSON object, or that add fields to the response") {
+    for (std::string results : {std::string("{"), std::string("[]"), std::string(R"({},"status":"COMPLETED","x":0)"),
+                                std::string(R"({"a":1})") + std::string(100000, ']')}) {
+      CAPTURE(results.substr(0, 40));
+      Harness h;
+      h.take(make_job());
+      wire::Result result = completed();
+      result.results = results;
+      h.send(result);
+      CHECK(h.engine_error().find("not one JSON object") != std::string::npos);
+    }
+  }
+  SUBCASE("returned values that name parts wrongly: missing, twice, out of range, unnamed") {
+    for (std::string results : {std::string(R"({"a":{"type":"bytes","part":"return:1"}})"),
+                                std::string(R"({"a":{"type":"bytes","part":"return:0"},"b":{"part":"return:0"}})"),
+                                std::string(R"({"a":{"type":"bytes","part":"return:+0"}})"),
+                                std::string(R"({"a":{"type":"bytes","part":"other:0"}})"), std::string("{}")}) {
+      CAPTURE(results);
+      Harness h;
+      h.take(make_job());
+      auto parts = memfd_with("abc", true);
+      wire::Result result = completed({3});
+      result.results = results;
+      h.send(result, {parts.get()});
+      CHECK(h.engine_error().find("part") != std::string::npos);
+    }
+  }
+  SUBCASE("returned values nested a million deep are refused without recursion") {
+    Harness h;
+    h.take(make_job());
+    wire::Result result = completed();
+    result.results = R"({"a":)" + std::string(1000000, '[') + std::string(1000000, ']') + "}";
+    h.send(result);
+    CHECK_FALSE(h.engine_error().empty());
   }
   SUBCASE("declared sizes over the limit that overflow when added") {
     Harness h;
