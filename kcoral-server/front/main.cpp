@@ -78,6 +78,13 @@ int main(int argc, char** argv) {
                  "Memory files (descriptors) the cache keeps at most; the blobs of one request share one")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  app.add_option("--disk-cache-dir", config.disk_cache_dir,
+                 "Directory that keeps uploaded blobs on disk too, so that they survive a restart; a blob "
+                 "missing from memory is looked for there before the client is asked for it");
+  app.add_option("--disk-cache-bytes", config.disk_cache_bytes,
+                 "Disk for --disk-cache-dir (least recently used first)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   app.add_option("--io-threads", config.io_threads, "Threads serving HTTP; 0 = from the core count")
       ->capture_default_str();
   app.add_option("--work-root", config.work_root,
@@ -138,6 +145,13 @@ int main(int argc, char** argv) {
                    "503. A second signal stops at once")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+
+  auto* balancer = app.add_option_group("Balancer", "Behind HAProxy (README: Scale-out behind HAProxy)");
+  balancer
+      ->add_option("--agent-port", config.agent_port,
+                   "Port (on --host) that answers HAProxy's agent check with this server's weight from its "
+                   "load (\"75%\"; \"0%\" while shutting down); 0 picks a free port and prints it. Off unless given")
+      ->check(CLI::Range(0, 65535));
 
   auto* sandbox = app.add_option_group("Sandbox", "What every program may see and use (README: Security model)");
   sandbox

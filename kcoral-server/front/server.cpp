@@ -18,6 +18,7 @@
 
 #include "kcoral/gpu_inventory.hpp"
 #include "kcoral/request_id.hpp"
+#include "agent.hpp"
 #include "descriptors.hpp"
 #include "executable_path.hpp"
 #include "listener.hpp"
@@ -148,7 +149,17 @@ int run_server(ServerConfig config) {
   }
 
   boost::asio::io_context io(static_cast<int>(config.io_threads));
-  BlobStore blobs({config.blob_cache_bytes, config.blob_cache_max_blobs, config.blob_cache_max_files});
+  std::unique_ptr<DiskBlobCache> disk_cache;
+  if (!config.disk_cache_dir.empty()) {
+    auto opened = DiskBlobCache::open(config.disk_cache_dir, config.disk_cache_bytes);
+    if (!opened) {
+      std::fprintf(stderr, "kcoral-server: --disk-cache-dir: %s\n", opened.error().message.c_str());
+      return 2;
+    }
+    disk_cache = std::move(*opened);
+  }
+  BlobStore blobs({config.blob_cache_bytes, config.blob_cache_max_blobs, config.blob_cache_max_files},
+                  disk_cache.get());
   Metrics metrics;
   WorkerPool pool(io, pool_config);
   ServerState state{config, blobs, pool, metrics, new_request_id(), now_rfc3339(),
@@ -197,6 +208,20 @@ int run_server(ServerConfig config) {
     pool.drain([] {});
     stop_threads();
     return 1;
+  }
+  // The balancer's agent check answers from here on, through the shutdown too (with 0%).
+  std::shared_ptr<Agent> agent;
+  if (config.agent_port) {
+    agent = std::make_shared<Agent>(io, state);
+    auto agent_port = agent->open({endpoint.address(), *config.agent_port});
+    if (!agent_port) {
+      std::fprintf(stderr, "kcoral-server: --agent-port: %s\n", agent_port.error().message.c_str());
+      pool.drain([] {});
+      stop_threads();
+      return 1;
+    }
+    agent->run();
+    std::printf("kcoral-server agent check on tcp://%s:%u\n", config.host.c_str(), static_cast<unsigned>(*agent_port));
   }
   listener->run();
   std::fprintf(stderr, "kcoral-server: %s\n", sandbox_summary(config).c_str());

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,8 @@ struct ServerConfig {
   std::uint64_t blob_cache_bytes = 4ull << 30;
   std::size_t blob_cache_max_blobs = 65536;
   std::size_t blob_cache_max_files = 4096;  // descriptors the cache may hold
+  std::string disk_cache_dir;               // empty: no disk cache
+  std::uint64_t disk_cache_bytes = 16ull << 30;
 
   // Clients (README: Limits). A request's memory, descriptors and time are bounded from
   // its first byte, so that no client, however slow or many, can starve the others.
@@ -52,6 +55,8 @@ struct ServerConfig {
   std::string log_dir;         // the event log's directory; empty: no event log
   std::uint64_t log_max_bytes = 64ull << 20;
   std::size_t log_files = 5;
+  // HAProxy's agent check (kcoral-server/front/agent.hpp): absent, none; 0, a free port.
+  std::optional<std::uint16_t> agent_port;
 
   // The sandbox of every program (see kcoral-server/worker/sandbox.hpp).
   std::string sandbox = "namespaces";  // or "none"

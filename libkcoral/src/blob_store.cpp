@@ -48,7 +48,7 @@ Status confine(BlobMap& blobs) {
 
 }  // namespace
 
-BlobStore::BlobStore(Limits limits) : limits_(limits) {}
+BlobStore::BlobStore(Limits limits, DiskBlobCache* disk) : limits_(limits), disk_(disk) {}
 
 void BlobStore::put(const std::string& digest, Blob blob) {
   {
@@ -58,6 +58,7 @@ void BlobStore::put(const std::string& digest, Blob blob) {
       return;
     }
   }
+  if (disk_ != nullptr) disk_->store(digest, blob);
   if (blob.size() > limits_.bytes / 4) return;  // one blob must not flush the working set
   if (blob.file_size() - blob.size() > std::max(blob.size(), kSharedFileSlack)) {
     auto copy = Blob::copy_of(blob.bytes());
@@ -105,6 +106,16 @@ Result<BlobStore::Resolution> BlobStore::resolve(const Program& program, BlobMap
     }
   }
   for (auto& [digest, blob] : supplied) put(digest, std::move(blob));
+  // What memory lacks, the disk may still hold (from before a restart, say).
+  if (disk_ != nullptr) {
+    std::erase_if(resolution.missing, [&](const std::string& digest) {
+      std::optional<Blob> kept = disk_->load(digest);
+      if (!kept) return false;
+      resolution.blobs.emplace(digest, *kept);
+      put(digest, std::move(*kept));
+      return true;
+    });
+  }
 
   for (const Instruction& instruction : program.instructions()) {
     const auto* upload = std::get_if<Upload>(&instruction);

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "kcoral/blob.hpp"
+#include "kcoral/disk_blob_cache.hpp"
 #include "kcoral/program.hpp"
 
 namespace kcoral {
@@ -65,7 +66,9 @@ class BlobStore {
     std::size_t files = SIZE_MAX;
   };
 
-  explicit BlobStore(Limits limits);
+  // `disk`, when given (and outliving the store), keeps every stored blob on disk too, and
+  // is asked for a blob before it counts as missing.
+  explicit BlobStore(Limits limits, DiskBlobCache* disk = nullptr);
   explicit BlobStore(std::size_t capacity_bytes) : BlobStore(Limits{capacity_bytes}) {}
   BlobStore(const BlobStore&) = delete;
   BlobStore& operator=(const BlobStore&) = delete;
@@ -84,6 +87,7 @@ class BlobStore {
   [[nodiscard]] std::size_t count() const;       // blobs
   [[nodiscard]] std::size_t files() const;       // distinct memfds (descriptors) held
   [[nodiscard]] const Limits& limits() const { return limits_; }
+  [[nodiscard]] const DiskBlobCache* disk() const { return disk_; }
   [[nodiscard]] std::size_t capacity_bytes() const { return limits_.bytes; }
 
  private:
@@ -103,6 +107,7 @@ class BlobStore {
   void erase_locked(std::unordered_map<std::string, Entry>::iterator entry);
 
   const Limits limits_;
+  DiskBlobCache* const disk_;
   mutable std::mutex mutex_;
   std::unordered_map<std::string, Entry> entries_;
   std::unordered_map<int, File> files_;  // by descriptor: unique while an entry holds it open

@@ -259,6 +259,22 @@ TEST_CASE("progress that goes back, and a lease asked for twice, kill the worker
   }
 }
 
+TEST_CASE("returned values pass as JSON whatever the size of their numbers") {
+  const std::string big = "1" + std::string(400, '0');
+  for (std::string results : {R"({"a":{"type":"integer","value":)" + big + "}}",
+                              std::string(R"({"a":[1e400,-1e-400,-0.0,0,-7,5E+3,"\u0000",true,false,null,{}]})")}) {
+    CAPTURE(results.substr(0, 60));
+    Harness h;
+    h.take(make_job());
+    wire::Result result = completed();
+    result.results = results;
+    h.send(result);
+    REQUIRE(h.pump([&] { return h.outcome.has_value(); }));
+    REQUIRE(h.outcome->result.has_value());
+    CHECK(h.outcome->result->results_json == results);
+  }
+}
+
 TEST_CASE("results that are not what they claim kill the worker") {
   SUBCASE("an error kind a worker may not report") {
     Harness h;
@@ -303,14 +319,16 @@ TEST_CASE("results that are not what they claim kill the worker") {
   }
   SUBCASE("returned values that are not one JSON object, or that add fields to the response") {
     for (std::string results : {std::string("{"), std::string("[]"), std::string(R"({},"status":"COMPLETED","x":0)"),
-                                std::string(R"({"a":1})") + std::string(100000, ']')}) {
+                                std::string(R"({"a":1})") + std::string(100000, ']'), std::string(R"({"a":1} {})"),
+                                std::string(R"({"a":tru})"), std::string(R"({"a":1.})"), std::string(R"({"a":01})"),
+                                std::string(R"({"a":[1,]})"), std::string(R"({"a" 1})")}) {
       CAPTURE(results.substr(0, 40));
       Harness h;
       h.take(make_job());
       wire::Result result = completed();
       result.results = results;
       h.send(result);
-      CHECK(h.engine_error().find("not one JSON object") != std::string::npos);
+      CHECK(h.engine_error().find("returned values are not") != std::string::npos);
     }
   }
   SUBCASE("returned values that name parts wrongly: missing, twice, out of range, unnamed") {

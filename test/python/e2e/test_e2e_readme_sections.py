@@ -57,3 +57,11 @@ def test_the_event_log_sample_has_the_fields_of_a_real_line(start_server, tmp_pa
     real = json.loads((tmp_path / "events.jsonl").read_text().splitlines()[0])
     assert shape(sample) == shape(real)
     assert sample["program"]["ops"] == real["program"]["ops"]
+
+
+def test_the_disk_cache_example_names_real_flags():
+    shell, = blocks(section("Disk blob cache"), "sh")
+    help_text = subprocess.run([str(Path(sys.executable).with_name("kcoral-server")), "--help"],
+                               capture_output=True, text=True, check=True).stdout
+    for flag in re.findall(r"--[a-z-]+", shell):
+        assert flag in help_text, flag

@@ -1,0 +1,75 @@
+// Agent: the accept loop of the agent-check port, and the weight it answers with.
+#include "agent.hpp"
+
+#include <boost/asio/post.hpp>
+#include <boost/asio/strand.hpp>
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+
+namespace kcoral {
+
+unsigned agent_weight_percent(const WorkerPool::Load& load) {
+  std::size_t held = load.running + load.waiting + 1;  // the new program too
+  std::size_t percent = 100 * load.capacity / held;
+  return static_cast<unsigned>(std::clamp<std::size_t>(percent, 1, 100));
+}
+
+std::string agent_reply(const WorkerPool::Load& load, bool stopping) {
+  return std::to_string(stopping ? 0u : agent_weight_percent(load)) + "%\n";
+}
+
+Agent::Agent(boost::asio::io_context& io, const ServerState& state)
+    : acceptor_(boost::asio::make_strand(io)), backoff_(acceptor_.get_executor()), state_(state) {}
+
+Result<std::uint16_t> Agent::open(const boost::asio::ip::tcp::endpoint& endpoint) {
+  boost::system::error_code ec;
+  acceptor_.open(endpoint.protocol(), ec);
+  if (!ec) acceptor_.set_option(boost::asio::socket_base::reuse_address(true), ec);
+  if (!ec) acceptor_.bind(endpoint, ec);
+  if (!ec) acceptor_.listen(boost::asio::socket_base::max_listen_connections, ec);
+  if (ec)
+    return fail(ErrorKind::engine, "cannot listen for agent checks on " + endpoint.address().to_string() + ":" +
+                                       std::to_string(endpoint.port()) + ": " + ec.message());
+  return acceptor_.local_endpoint().port();
+}
+
+void Agent::run() { accept(); }
+
+void Agent::stop() {
+  boost::asio::post(acceptor_.get_executor(), [self = shared_from_this()] {
+    boost::system::error_code ec;
+    self->acceptor_.close(ec);
+    self->backoff_.cancel();
+  });
+}
+
+void Agent::accept() {
+  acceptor_.async_accept([self = shared_from_this()](boost::system::error_code ec,
+                                                     boost::asio::ip::tcp::socket socket) {
+    self->on_accept(ec, std::move(socket));
+  });
+}
+
+void Agent::on_accept(boost::system::error_code ec, boost::asio::ip::tcp::socket socket) {
+  if (ec == boost::asio::error::operation_aborted || !acceptor_.is_open()) return;
+  if (ec) {
+    if (ec != boost::asio::error::no_descriptors && ec != boost::asio::error::no_buffer_space &&
+        ec != boost::asio::error::no_memory && ec.value() != ENFILE)
+      return accept();
+    // Out of descriptors: the balancer's next check comes soon enough; do not spin.
+    backoff_.expires_after(std::chrono::milliseconds(50));
+    return backoff_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+      if (!ec && self->acceptor_.is_open()) self->accept();
+    });
+  }
+  // A few bytes into an empty send buffer: written whole, without waiting, or not at all.
+  std::string reply = agent_reply(state_.pool.load(), state_.stopping.load());
+  socket.non_blocking(true, ec);
+  if (!ec) socket.write_some(boost::asio::buffer(reply), ec);
+  socket.shutdown(boost::asio::ip::tcp::socket::shutdown_send, ec);
+  socket.close(ec);
+  accept();
+}
+
+}  // namespace kcoral

@@ -1,0 +1,79 @@
+// DiskBlobCache: uploaded blobs kept on disk, so that they survive a restart; the memory
+// cache (BlobStore) falls back to it before a program's blobs count as missing.
+//
+// One file per blob, named by its SHA-256 (DIR/ab/abcdef…), written by a background thread
+// (a request never waits for the disk) to a temporary name and renamed into place, so a
+// file under its digest is always whole. A file is read back only if its bytes hash to its
+// name: a damaged or altered file is removed and counts as absent. The directory is
+// bounded in bytes, least recently used first; at open it is scanned, ordered by the
+// files' modification times (touched on each use). Blobs over a quarter of the budget are
+// not kept. Thread-safe.
+//
+//   auto disk = kcoral::DiskBlobCache::open("/var/cache/kcoral", 16ull << 30);
+//   (*disk)->store(digest, blob);            // queued
+//   std::optional<Blob> again = (*disk)->load(digest);
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+
+#include "kcoral/blob.hpp"
+#include "kcoral/error.hpp"
+
+namespace kcoral {
+
+class DiskBlobCache {
+ public:
+  [[nodiscard]] static Result<std::unique_ptr<DiskBlobCache>> open(std::string directory, std::uint64_t capacity_bytes);
+  DiskBlobCache(const DiskBlobCache&) = delete;
+  DiskBlobCache& operator=(const DiskBlobCache&) = delete;
+  ~DiskBlobCache();  // writes what is queued, then stops
+
+  // Queues the blob for writing, unless kept already, too large, or the queue is full.
+  void store(const std::string& digest, const Blob& blob);
+  // The blob, in a new sealed memfd, when kept and whole.
+  [[nodiscard]] std::optional<Blob> load(const std::string& digest);
+  // Waits until every queued blob is written (for tests and shutdown).
+  void flush();
+
+  [[nodiscard]] std::uint64_t size_bytes() const;
+  [[nodiscard]] std::size_t count() const;
+  [[nodiscard]] std::uint64_t capacity_bytes() const { return capacity_bytes_; }
+
+ private:
+  struct Entry {
+    std::uint64_t bytes = 0;
+    std::list<std::string>::iterator lru;  // front: most recent
+  };
+  DiskBlobCache(std::string directory, std::uint64_t capacity_bytes);
+  void scan();
+  void write_loop();
+  void write(const std::string& digest, const Blob& blob);
+  void evict_locked();
+  void forget_locked(const std::string& digest);
+  [[nodiscard]] std::string path_of(const std::string& digest) const;
+
+  const std::string directory_;
+  const std::uint64_t capacity_bytes_;
+  mutable std::mutex mutex_;
+  std::condition_variable changed_;
+  std::unordered_map<std::string, Entry> entries_;
+  std::list<std::string> lru_;
+  std::uint64_t size_bytes_ = 0;
+  std::deque<std::pair<std::string, Blob>> queue_;
+  std::uint64_t queued_bytes_ = 0;
+  bool writing_ = false;
+  bool stopping_ = false;
+  std::thread writer_;
+};
+
+}  // namespace kcoral
