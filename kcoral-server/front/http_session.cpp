@@ -27,8 +27,9 @@ std::chrono::steady_clock::duration seconds(double value) {
   return std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(value));
 }
 
+// The client closed or reset the connection (mid-request too): nobody to answer.
 bool is_gone(beast::error_code ec) {
-  return ec == http::error::end_of_stream || ec == boost::asio::error::eof ||
+  return ec == http::error::end_of_stream || ec == http::error::partial_message || ec == boost::asio::error::eof ||
          ec == boost::asio::error::connection_reset || ec == boost::asio::error::operation_aborted;
 }
 
