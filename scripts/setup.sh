@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Sets up this checkout on a Debian 12 machine: the system packages the build needs, a
+# Sets up this checkout on a Debian 12 machine: the system packages the build and the tests
+# need (haproxy: test/python/e2e/test_e2e_haproxy.py runs one in front of three servers), a
 # virtual environment in .venv, and the kcoral package (client, native module,
 # kcoral-server, kcoral-worker) built from these sources into it. Safe to run again: it
 # installs only what is missing and rebuilds only what changed (build/pip, ccache).
@@ -7,7 +8,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(build-essential cmake ninja-build ccache pkg-config libboost-dev libsimdjson-dev
-          nlohmann-json3-dev libcli11-dev doctest-dev libssl-dev libseccomp-dev python3-dev python3-venv curl)
+          nlohmann-json3-dev libcli11-dev doctest-dev libssl-dev libseccomp-dev python3-dev python3-venv curl
+          haproxy)
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "ok installed" || missing+=("$package")
