@@ -4,8 +4,9 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/strand.hpp>
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
+
+#include "listener.hpp"
 
 namespace kcoral {
 
@@ -23,15 +24,7 @@ Agent::Agent(boost::asio::io_context& io, const ServerState& state)
     : acceptor_(boost::asio::make_strand(io)), backoff_(acceptor_.get_executor()), state_(state) {}
 
 Result<std::uint16_t> Agent::open(const boost::asio::ip::tcp::endpoint& endpoint) {
-  boost::system::error_code ec;
-  acceptor_.open(endpoint.protocol(), ec);
-  if (!ec) acceptor_.set_option(boost::asio::socket_base::reuse_address(true), ec);
-  if (!ec) acceptor_.bind(endpoint, ec);
-  if (!ec) acceptor_.listen(boost::asio::socket_base::max_listen_connections, ec);
-  if (ec)
-    return fail(ErrorKind::engine, "cannot listen for agent checks on " + endpoint.address().to_string() + ":" +
-                                       std::to_string(endpoint.port()) + ": " + ec.message());
-  return acceptor_.local_endpoint().port();
+  return listen_on(acceptor_, endpoint);
 }
 
 void Agent::run() { accept(); }
@@ -54,9 +47,7 @@ void Agent::accept() {
 void Agent::on_accept(boost::system::error_code ec, boost::asio::ip::tcp::socket socket) {
   if (ec == boost::asio::error::operation_aborted || !acceptor_.is_open()) return;
   if (ec) {
-    if (ec != boost::asio::error::no_descriptors && ec != boost::asio::error::no_buffer_space &&
-        ec != boost::asio::error::no_memory && ec.value() != ENFILE)
-      return accept();
+    if (!out_of_resources(ec)) return accept();
     // Out of descriptors: the balancer's next check comes soon enough; do not spin.
     backoff_.expires_after(std::chrono::milliseconds(50));
     return backoff_.async_wait([self = shared_from_this()](boost::system::error_code ec) {

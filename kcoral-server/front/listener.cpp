@@ -14,16 +14,25 @@ namespace kcoral {
 Listener::Listener(boost::asio::io_context& io, ServerState& state)
     : io_(io), acceptor_(boost::asio::make_strand(io)), backoff_(acceptor_.get_executor()), state_(state) {}
 
-Result<std::uint16_t> Listener::open(const boost::asio::ip::tcp::endpoint& endpoint) {
+Result<std::uint16_t> listen_on(boost::asio::ip::tcp::acceptor& acceptor, const boost::asio::ip::tcp::endpoint& endpoint) {
   boost::system::error_code ec;
-  acceptor_.open(endpoint.protocol(), ec);
-  if (!ec) acceptor_.set_option(boost::asio::socket_base::reuse_address(true), ec);
-  if (!ec) acceptor_.bind(endpoint, ec);
-  if (!ec) acceptor_.listen(boost::asio::socket_base::max_listen_connections, ec);
+  acceptor.open(endpoint.protocol(), ec);
+  if (!ec) acceptor.set_option(boost::asio::socket_base::reuse_address(true), ec);
+  if (!ec) acceptor.bind(endpoint, ec);
+  if (!ec) acceptor.listen(boost::asio::socket_base::max_listen_connections, ec);
   if (ec)
     return fail(ErrorKind::engine, "cannot listen on " + endpoint.address().to_string() + ":" +
                                        std::to_string(endpoint.port()) + ": " + ec.message());
-  return acceptor_.local_endpoint().port();
+  return acceptor.local_endpoint().port();
+}
+
+bool out_of_resources(const boost::system::error_code& ec) {
+  return ec == boost::asio::error::no_descriptors || ec == boost::asio::error::no_buffer_space ||
+         ec == boost::asio::error::no_memory || ec.value() == ENFILE;
+}
+
+Result<std::uint16_t> Listener::open(const boost::asio::ip::tcp::endpoint& endpoint) {
+  return listen_on(acceptor_, endpoint);
 }
 
 void Listener::run() { accept(); }
@@ -45,10 +54,7 @@ void Listener::accept() {
 void Listener::on_accept(boost::system::error_code ec, boost::asio::ip::tcp::socket socket) {
   if (ec == boost::asio::error::operation_aborted || !acceptor_.is_open()) return;
   if (ec) {
-    // A connection that went before it was taken: take the next one.
-    if (ec != boost::asio::error::no_descriptors && ec != boost::asio::error::no_buffer_space &&
-        ec != boost::asio::error::no_memory && ec.value() != ENFILE)
-      return accept();
+    if (!out_of_resources(ec)) return accept();  // a connection gone before it was taken
     // Out of descriptors or memory: the pending connections stay in the backlog until
     // some are free.
     state_.metrics.record(Metrics::Guard::accept_backoff);

@@ -15,6 +15,13 @@
 
 namespace kcoral {
 
+// Opens `acceptor` on `endpoint`, binds and listens; the port bound (for port 0).
+[[nodiscard]] Result<std::uint16_t> listen_on(boost::asio::ip::tcp::acceptor& acceptor,
+                                              const boost::asio::ip::tcp::endpoint& endpoint);
+// Whether accept failed for want of descriptors or memory (wait, then accept again) rather
+// than because one connection went before it was taken (accept the next at once).
+[[nodiscard]] bool out_of_resources(const boost::system::error_code& ec);
+
 class Listener : public std::enable_shared_from_this<Listener> {
  public:
   Listener(boost::asio::io_context& io, ServerState& state);
