@@ -8,18 +8,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # Debian 12's default clang (14) cannot compile <expected> from libstdc++ 12; clang 19 can.
-packages=(clang-19 libclang-rt-19-dev)
-missing=()
-for package in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "ok installed" || missing+=("$package")
-done
-if ((${#missing[@]})); then
-  sudo=""
-  [[ $(id -u) -eq 0 ]] || sudo="sudo"
-  echo "fuzz: installing ${missing[*]}"
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
+source scripts/apt-packages.sh
+install_packages fuzz --no-install-recommends -- clang-19 libclang-rt-19-dev
 
 python=$PWD/.venv/bin/python
 [[ -x $python ]] || python=$(command -v python3)

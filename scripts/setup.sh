@@ -7,20 +7,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(build-essential cmake ninja-build ccache pkg-config libboost-dev libsimdjson-dev
-          nlohmann-json3-dev libcli11-dev doctest-dev libssl-dev libseccomp-dev python3-dev python3-venv curl
-          haproxy)
-missing=()
-for package in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "ok installed" || missing+=("$package")
-done
-if ((${#missing[@]})); then
-  sudo=""
-  [[ $(id -u) -eq 0 ]] || sudo="sudo"
-  echo "setup: installing ${missing[*]}"
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
-fi
+source scripts/apt-packages.sh
+install_packages setup build-essential cmake ninja-build ccache pkg-config libboost-dev libsimdjson-dev \
+  nlohmann-json3-dev libcli11-dev doctest-dev libssl-dev libseccomp-dev python3-dev python3-venv curl haproxy
 
 python=${KCORAL_SETUP_PYTHON:-python3}
 [[ -x .venv/bin/python ]] || "$python" -m venv .venv
