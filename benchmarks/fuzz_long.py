@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parent.parent
 BUILD = ROOT / "build" / "fuzz"
 # Slowest first, so that the longest run starts at once.
 TARGETS = ["response_codec_fuzzer", "program_fuzzer", "execute_request_fuzzer", "multipart_fuzzer",
-           "wire_decode_fuzzer"]
+           "wire_decode_fuzzer", "returned_values_fuzzer"]
 FINDINGS = {"crash": "crashes", "leak": "leaks", "timeout": "timeouts", "oom": "ooms"}
 
 

@@ -12,6 +12,8 @@ the tests they come from:
 - channel frames (``wire_decode_fuzzer``): the frames written out in
   ``test/kcoral-server/*/*_test.cpp`` and one of each message type, each as a byte (the
   descriptors the message declares) followed by the frame's text;
+- ``returned_values_fuzzer``: the returned values of those frames and a few more, each
+  after a byte (its number of result parts);
 - ``response_codec_fuzzer``: a few fixed pseudo-random inputs (FuzzedDataProvider gives
   them their structure).
 
@@ -21,6 +23,7 @@ Usage: python fuzz/make_seeds.py [--out fuzz/corpus]
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import inspect
 import json
@@ -162,6 +165,25 @@ def frames() -> dict[str, bytes]:
     return {name: bytes([descriptors_of(text)]) + text.encode() for name, text in texts.items()}
 
 
+def returned_values() -> dict[str, bytes]:
+    """Returned values as workers send them: those of the channel frames written out in the
+    C++ tests, and a few more, each after a byte giving its number of result parts."""
+    texts = [message["results"] for message in ONE_OF_EACH if "results" in message]
+    for frame in frames().values():
+        with contextlib.suppress(ValueError):
+            results = json.loads(frame[1:]).get("results")
+            if isinstance(results, str):
+                texts.append(results)
+    texts += ['{"out":{"type":"integer","value":1' + "0" * 400 + "}}",
+              '{"b":{"type":"bytes","part":"return:0","sha256":"' + DIGEST + '"}}',
+              '{"a":{"type":"array","value":[{"type":"number","value":1e300},{"type":"null"}]}}']
+    seeds = {}
+    for index, text in enumerate(texts):
+        parts = text.count('"part"')
+        seeds[f"results.{index}"] = bytes([parts]) + text.encode()
+    return seeds
+
+
 def write(folder: Path, seeds: dict[str, bytes]) -> None:
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
@@ -183,6 +205,7 @@ def main() -> None:
     write(out / "execute_request_fuzzer", request_seeds)
     write(out / "program_fuzzer", programs | test_programs())
     write(out / "wire_decode_fuzzer", frames())
+    write(out / "returned_values_fuzzer", returned_values())
     write(out / "response_codec_fuzzer",
           {f"random.{i}": generator.randbytes(64 << (i % 7)) for i in range(16)})
     counts = {folder.name: len(list(folder.iterdir())) for folder in sorted(out.iterdir()) if folder.is_dir()}

@@ -321,7 +321,10 @@ TEST_CASE("results that are not what they claim kill the worker") {
     for (std::string results : {std::string("{"), std::string("[]"), std::string(R"({},"status":"COMPLETED","x":0)"),
                                 std::string(R"({"a":1})") + std::string(100000, ']'), std::string(R"({"a":1} {})"),
                                 std::string(R"({"a":tru})"), std::string(R"({"a":1.})"), std::string(R"({"a":01})"),
-                                std::string(R"({"a":[1,]})"), std::string(R"({"a" 1})")}) {
+                                std::string(R"({"a":[1,]})"), std::string(R"({"a" 1})"),
+                                // Found by returned_values_fuzzer: a bad escape in a top-level
+                                // key, and a vertical tab (not JSON whitespace) after a number.
+                                std::string(R"({"on\s":0})"), std::string("{\"a\":4\v}")}) {
       CAPTURE(results.substr(0, 40));
       Harness h;
       h.take(make_job());
