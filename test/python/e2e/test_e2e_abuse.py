@@ -5,7 +5,8 @@ that the server refused it the documented way and went on serving everyone else:
 
 - many blobs take few descriptors (one memfd per request; the cache bounded in files and
   blobs), and under a low descriptor limit the server lowers its own bounds and keeps
-  answering /health;
+  answering /health; out of descriptors altogether, accept waits instead of spinning and
+  serves what waited once descriptors are free;
 - past --max-connections, /health still answers and /execute gets 503;
 - a chunked body is refused as soon as it passes --max-request-bytes;
 - the in-flight byte budget turns away what does not fit with 503 and Retry-After;
@@ -20,6 +21,7 @@ that the server refused it the documented way and went on serving everyone else:
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import socket
 import threading
@@ -115,6 +117,34 @@ def test_a_low_descriptor_limit_lowers_the_bounds_and_health_keeps_answering(sta
     assert wait_until(lambda: server.get("/health").status_code == 200, 10)
     assert server.metric("kcoral_guard_events_total{event=\"over_connection_limit\"}") >= 1
     assert server.execute(call("def f():\n    return 7\n", "f")).raise_for_error()["out"] == 7
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_out_of_descriptors_the_listener_waits_then_serves_what_waited(start_server):
+    server = start_server("--num-workers", "1")
+    soft, hard = resource.prlimit(server.pid, resource.RLIMIT_NOFILE)
+    waiting = []
+    try:
+        # No descriptor left for accept: it fails with EMFILE, and must not spin.
+        resource.prlimit(server.pid, resource.RLIMIT_NOFILE, (len(os.listdir(f"/proc/{server.pid}/fd")), hard))
+        for _ in range(5):
+            sock = connect(server)  # the kernel's backlog takes it
+            sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            waiting.append(sock)
+        before = cpu_seconds(server.pid)
+        time.sleep(2)
+        assert cpu_seconds(server.pid) - before < 0.5
+    finally:
+        resource.prlimit(server.pid, resource.RLIMIT_NOFILE, (soft, hard))
+    for sock in waiting:
+        assert status_of(read_response(sock)) == 200
+        sock.close()
+    assert server.metric('kcoral_guard_events_total{event="accept_backoff"}') >= 1
+    assert server.execute(call("def f():\n    return 9\n", "f")).raise_for_error()["out"] == 9
 
 
 def test_past_the_connection_limit_health_answers_and_execute_gets_503(start_server):
