@@ -73,10 +73,17 @@ WorkerHandle::WorkerHandle(Strand strand, pid_t pid, std::size_t group, UniqueFd
       grace_(strand),
       deadline_(strand) {
   ::fcntl(channel_.fd(), F_SETFL, O_NONBLOCK);
-  readable_.assign(::fcntl(channel_.fd(), F_DUPFD_CLOEXEC, 3));
+  // Out of descriptors, the channel cannot be watched: start() lets the worker go.
+  if (int watched = ::fcntl(channel_.fd(), F_DUPFD_CLOEXEC, 3); watched >= 0) readable_.assign(watched);
 }
 
-void WorkerHandle::start() { read(); }
+void WorkerHandle::start() {
+  if (!readable_.is_open()) {
+    kill_tree();
+    return let_go();
+  }
+  read();
+}
 
 void WorkerHandle::read() {
   readable_.async_wait(boost::asio::posix::stream_descriptor::wait_read,

@@ -93,14 +93,22 @@ void WorkerSupply::on_zygote_failed(const std::string& message) {
   if (!zygote_ready_) return events_.failed(message);  // it never started
   if (stopping_) return;
   // Running children talk to us directly and finish; new ones need a new parent.
+  restart_zygote();
+}
+
+// Tries every second until a new parent starts (it may lack descriptors or memory for a
+// while).
+void WorkerSupply::restart_zygote() {
   restart_timer_.expires_after(std::chrono::seconds(1));
   restart_timer_.async_wait([this](boost::system::error_code ec) {
     if (ec || stopping_) return;
     zygote_->stop();
-    if (auto status = zygote_->start(); !status)
-      std::fprintf(stderr, "kcoral-server: cannot restart the worker parent: %s\n", status.error().message.c_str());
-    else
-      std::fprintf(stderr, "kcoral-server: worker parent restarted\n");
+    if (auto status = zygote_->start(); !status) {
+      std::fprintf(stderr, "kcoral-server: cannot restart the worker parent (trying again): %s\n",
+                   status.error().message.c_str());
+      return restart_zygote();
+    }
+    std::fprintf(stderr, "kcoral-server: worker parent restarted\n");
   });
 }
 

@@ -68,6 +68,7 @@ class WorkerSupply {
   void on_forked(pid_t pid, UniqueFd channel);
   void on_exited(pid_t pid, const std::string& how);
   void on_zygote_failed(const std::string& message);
+  void restart_zygote();
   void on_gone(const WorkerPtr& worker);
 
   Strand strand_;

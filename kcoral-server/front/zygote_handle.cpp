@@ -68,7 +68,13 @@ Status ZygoteHandle::start() {
   ready_ = false;
   forks_asked_ = 0;
   ::fcntl(channel_.fd(), F_SETFL, O_NONBLOCK);
-  readable_.assign(::fcntl(channel_.fd(), F_DUPFD_CLOEXEC, 3));
+  int watched = ::fcntl(channel_.fd(), F_DUPFD_CLOEXEC, 3);
+  if (watched < 0) {  // out of descriptors: the new parent is of no use
+    int error = errno;
+    stop();
+    return fail(ErrorKind::engine, std::string("cannot watch the worker parent's channel: ") + std::strerror(error));
+  }
+  readable_.assign(watched);
   wait_readable();
   return {};
 }
