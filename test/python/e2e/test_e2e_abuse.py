@@ -128,6 +128,9 @@ def test_out_of_descriptors_the_listener_waits_then_serves_what_waited(start_ser
     server = start_server("--num-workers", "1")
     soft, hard = resource.prlimit(server.pid, resource.RLIMIT_NOFILE)
     waiting = []
+    # A program that ends while descriptors are out: its worker is replaced then, and the
+    # new one's channel cannot come through (the worker parent is restarted, later).
+    running, outcome = run_in_background(server, call("import time\ndef f():\n    time.sleep(1)\n    return 1\n", "f"))
     try:
         # No descriptor left for accept: it fails with EMFILE, and must not spin.
         resource.prlimit(server.pid, resource.RLIMIT_NOFILE, (len(os.listdir(f"/proc/{server.pid}/fd")), hard))
@@ -143,6 +146,8 @@ def test_out_of_descriptors_the_listener_waits_then_serves_what_waited(start_ser
     for sock in waiting:
         assert status_of(read_response(sock)) == 200
         sock.close()
+    running.join(30)
+    assert outcome["response"].status_code == 200
     assert server.metric('kcoral_guard_events_total{event="accept_backoff"}') >= 1
     assert server.execute(call("def f():\n    return 9\n", "f")).raise_for_error()["out"] == 9
 
