@@ -47,39 +47,33 @@ import contextlib
 import dataclasses
 import datetime
 import hashlib
-import itertools
 import json
 import multiprocessing
-import multiprocessing.connection
 import os
 import platform
 import random
-import resource
 import shlex
 import shutil
-import signal
-import socket
-import struct
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import uuid
-from collections import Counter, defaultdict
-from collections.abc import Iterator
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # its parts, beside it
+from load_sampler import fd_kinds, machine_cpu_seconds, own_cpu_seconds, sampler, settle, status_field  # noqa: E402
+from load_sampler import http_get, tree_cpu_seconds  # noqa: E402
+from load_wire import SOURCE, Link, NoResponse, Response, exchange, execute_request, read_response  # noqa: E402
+from load_wire import sha256_hex  # noqa: E402
+from server_process import terminate  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[1]
 START_SECONDS = 180
-CONNECT_TIMEOUT_S = 10.0
-HEALTH_INTERVAL_S = 0.1
-HEALTH_TIMEOUT_S = 10.0
-SOURCE = "def f(token, data):\n    return token + ':' + str(len(data))\n"
 HIT_BLOB = hashlib.sha256(b"kcoral load benchmark").digest() * 128  # 4 KiB, fixed
 MISS_BLOB_BYTES = 64
-CHUNK_BYTES = 64 * 1024
 CLASSES = ("hit", "miss", "oversize", "slow", "disconnect")
 KINDS = {
     "hit": ("keep-alive",),
@@ -91,215 +85,6 @@ KINDS = {
 # Classes whose requests expect an answer; a slow sender expects one only once it has
 # sent its whole request (the server may end it before that).
 EXPECTS_ANSWER = {"hit", "miss", "oversize"}
-
-
-# -- the wire -----------------------------------------------------------------------------
-
-
-def sha256_hex(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def program_json(token: str, blob_sha: str) -> bytes:
-    program = {
-        "instructions": [
-            {"op": "upload", "id": "data", "kind": "bytes", "blob": blob_sha},
-            {"op": "upload", "id": "m", "kind": "module", "source": SOURCE},
-            {"op": "get_function", "id": "f", "module": {"$ref": "m"}, "name": "f"},
-            {"op": "run", "id": "r", "fn": {"$ref": "f"}, "args": [token, {"$ref": "data"}]},
-            {"op": "return", "key": "token", "value": {"$ref": "r"}},
-        ],
-        "options": {"timeout_seconds": 60},
-    }
-    return json.dumps(program, separators=(",", ":")).encode()
-
-
-def multipart(parts: list[tuple[str, str, bytes]]) -> tuple[str, list[bytes]]:
-    """(Content-Type, body pieces) of multipart/form-data; pieces keep a large payload
-    uncopied. The boundary is random hex, which neither JSON nor our blobs contain
-    (the random miss blobs are too short for a 32-hex-digit match to be likely)."""
-    boundary = "load-" + uuid.uuid4().hex
-    pieces: list[bytes] = []
-    for name, content_type, data in parts:
-        pieces.append(f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n'
-                      f"Content-Type: {content_type}\r\n\r\n".encode())
-        pieces += [data, b"\r\n"]
-    pieces.append(f"--{boundary}--\r\n".encode())
-    return f"multipart/form-data; boundary={boundary}", pieces
-
-
-def execute_request(host: str, request_id: str, token: str, blob_sha: str,
-                    blob: bytes | None = None, chunked: bool = False) -> tuple[bytes, list[bytes]]:
-    """(head, body pieces) of one POST /execute; with ``chunked`` the pieces are already
-    framed as chunks."""
-    parts = [("program", "application/json", program_json(token, blob_sha))]
-    if blob is not None:
-        parts.append((f"blob:{blob_sha}", "application/octet-stream", blob))
-    content_type, pieces = multipart(parts)
-    if chunked:
-        framed: list[bytes] = []
-        for piece in pieces:
-            for start in range(0, len(piece), CHUNK_BYTES):
-                chunk = piece[start:start + CHUNK_BYTES]
-                framed += [f"{len(chunk):x}\r\n".encode(), chunk, b"\r\n"]
-        pieces = [*framed, b"0\r\n\r\n"]
-        length = "Transfer-Encoding: chunked"
-    else:
-        length = f"Content-Length: {sum(len(piece) for piece in pieces)}"
-    head = (f"POST /execute HTTP/1.1\r\nHost: {host}\r\nContent-Type: {content_type}\r\n"
-            f"{length}\r\nX-Request-ID: {request_id}\r\n\r\n").encode()
-    return head, pieces
-
-
-def write_pieces(pieces: list[bytes]) -> Iterator[bytes]:
-    """The pieces in writes of at most CHUNK_BYTES, so that a large body is paced by
-    the socket (drain) instead of queued whole in the transport."""
-    for piece in pieces:
-        view = memoryview(piece)
-        for start in range(0, len(view), CHUNK_BYTES):
-            yield bytes(view[start:start + CHUNK_BYTES])
-
-
-@dataclasses.dataclass
-class Response:
-    status: int
-    headers: dict[str, str]  # lowercase names
-    body: bytes
-
-    def json(self) -> dict[str, Any]:
-        try:
-            value = json.loads(self.body)
-        except ValueError:
-            return {}
-        return value if isinstance(value, dict) else {}
-
-    def label(self) -> str:
-        """``200 COMPLETED``, ``200 CACHE_MISS``, ``413 request_too_large``, ``503 busy``."""
-        body = self.json()
-        if self.status == 200 and "status" in body:
-            return f"200 {body['status']}"
-        error = body.get("error")
-        kind = error.get("kind") if isinstance(error, dict) else None
-        return f"{self.status} {kind}" if kind else str(self.status)
-
-    def closes(self) -> bool:
-        return self.headers.get("connection", "").lower() == "close"
-
-
-class NoResponse(Exception):
-    """The connection ended, or the time ran out, before a whole response came."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-
-
-async def read_response(reader: asyncio.StreamReader) -> Response:
-    started = False
-    try:
-        while True:
-            head = await reader.readuntil(b"\r\n\r\n")
-            started = True
-            lines = head.decode("latin-1").split("\r\n")
-            status = int(lines[0].split()[1])
-            headers = {}
-            for line in lines[1:]:
-                name, _, value = line.partition(":")
-                if name:
-                    headers[name.strip().lower()] = value.strip()
-            if 100 <= status < 200:
-                continue
-            if "content-length" in headers:
-                body = await reader.readexactly(int(headers["content-length"]))
-            elif headers.get("transfer-encoding", "").lower() == "chunked":
-                pieces = []
-                while True:
-                    size = int((await reader.readuntil(b"\r\n")).split(b";")[0], 16)
-                    pieces.append(await reader.readexactly(size + 2))  # no trailers
-                    if size == 0:
-                        break
-                body = b"".join(piece[:-2] for piece in pieces)
-            else:
-                body = await reader.read()
-            return Response(status, headers, body)
-    except asyncio.IncompleteReadError as error:
-        started = started or bool(error.partial)
-        raise NoResponse("closed mid-response" if started else "closed") from None
-    except (ConnectionResetError, BrokenPipeError):
-        raise NoResponse("reset mid-response" if started else "reset") from None
-    except (asyncio.LimitOverrunError, ValueError, IndexError):
-        raise NoResponse("malformed response") from None
-
-
-class Link:
-    """One client connection of a loader, reopened when either side has ended it."""
-
-    def __init__(self, host: str, port: int) -> None:
-        self.host, self.port = host, port
-        self.reader: asyncio.StreamReader | None = None
-        self.writer: asyncio.StreamWriter | None = None
-        self.uses = 0  # requests begun on the current connection
-
-    async def open(self) -> bool:
-        """Connects if needed; True when the request goes on a reused connection."""
-        if self.reader is None or self.reader.at_eof():
-            self.close()
-            try:
-                self.reader, self.writer = await asyncio.wait_for(
-                    asyncio.open_connection(self.host, self.port), CONNECT_TIMEOUT_S)
-            except (OSError, asyncio.TimeoutError) as error:
-                raise NoResponse(f"connect failed ({type(error).__name__})") from None
-            self.uses = 0
-        self.uses += 1
-        return self.uses > 1
-
-    def close(self, reset: bool = False) -> None:
-        if self.writer is None:
-            return
-        if reset:  # SO_LINGER 0: the close sends RST, and unsent bytes are dropped
-            sock = self.writer.get_extra_info("socket")
-            with contextlib.suppress(OSError):
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-            self.writer.transport.abort()
-        else:
-            self.writer.close()
-        self.reader = self.writer = None
-
-
-async def _send(writer: asyncio.StreamWriter, chunks: Iterator[bytes]) -> None:
-    for chunk in chunks:
-        writer.write(chunk)
-        await writer.drain()
-
-
-def _quiet(task: asyncio.Task[Any]) -> None:
-    if not task.cancelled():
-        task.exception()  # the server may close while we send: not an error of the run
-
-
-async def exchange(link: Link, head: bytes, pieces: list[bytes], timeout: float) -> Response:
-    """Sends a request while reading its answer (a server may answer before the body is
-    all sent: 413, 503). Raises NoResponse, after closing the link, when none comes."""
-    reused = await link.open()
-    assert link.reader is not None and link.writer is not None
-    sender = asyncio.create_task(_send(link.writer, itertools.chain([head], write_pieces(pieces))))
-    sender.add_done_callback(_quiet)
-    try:
-        response = await asyncio.wait_for(read_response(link.reader), timeout)
-    except asyncio.TimeoutError:
-        link.close()
-        raise NoResponse("timeout") from None
-    except NoResponse as error:
-        link.close()
-        if reused and error.reason in ("closed", "reset"):
-            error.reason += " (reused connection)"
-        raise
-    finally:
-        if not sender.done():
-            sender.cancel()
-    if not sender.done() or sender.cancelled() or sender.exception() or response.closes():
-        link.close()  # answered early, or the server ends the connection: not reusable
-    return response
 
 
 # -- the classes --------------------------------------------------------------------------
@@ -546,167 +331,6 @@ async def drive(host: str, port: int, jobs: list[Job], args: argparse.Namespace)
     return records, elapsed, lags_ms
 
 
-# -- sampling the server ------------------------------------------------------------------
-
-
-def http_get(host: str, port: int, path: str, timeout: float) -> tuple[int, bytes]:
-    """One GET on a fresh connection (blocking), for /health and /metrics."""
-    with socket.create_connection((host, port), timeout=timeout) as sock:
-        sock.sendall(f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\n"
-                     "Connection: close\r\n\r\n".encode())
-        data = bytearray()
-        while chunk := sock.recv(65536):
-            data += chunk
-    head, _, body = bytes(data).partition(b"\r\n\r\n")
-    if not head:
-        raise ConnectionError("closed without a response")
-    return int(head.split(None, 2)[1]), body
-
-
-def _statm_rss(pid: int, page: int) -> int:
-    with open(f"/proc/{pid}/statm", "rb") as f:
-        return int(f.read().split()[1]) * page
-
-
-def _tree(root: int) -> list[int]:
-    children: defaultdict[int, list[int]] = defaultdict(list)
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                with open(f"/proc/{name}/stat", "rb") as f:
-                    stat = f.read()
-            except OSError:
-                continue
-            children[int(stat[stat.rfind(b")") + 2:].split()[1])].append(int(name))
-    tree, pending = [], [root]
-    while pending:
-        pid = pending.pop()
-        tree.append(pid)
-        pending += children.get(pid, [])
-    return tree
-
-
-def _tcp_inodes(pid: int) -> set[str]:
-    inodes = set()
-    for table in ("tcp", "tcp6"):
-        with contextlib.suppress(OSError), open(f"/proc/{pid}/net/{table}") as f:
-            inodes |= {line.split()[9] for line in list(f)[1:]}
-    return inodes
-
-
-def fd_kinds(pid: int) -> dict[str, int]:
-    """The front's open descriptors by kind: tcp (the listener and connections), socket
-    (the others: its workers' channels), memfd (cached blobs), pipe, anon_inode, file."""
-    kinds: Counter[str] = Counter()
-    tcp = _tcp_inodes(pid)
-    for fd in os.listdir(f"/proc/{pid}/fd"):
-        with contextlib.suppress(OSError):
-            target = os.readlink(f"/proc/{pid}/fd/{fd}")
-            if target.startswith("socket:["):
-                kinds["tcp" if target[8:-1] in tcp else "socket"] += 1
-            else:
-                kinds["memfd" if target.startswith("/memfd:") else "file" if target.startswith("/")
-                      else target.split(":")[0]] += 1
-    return dict(kinds)
-
-
-def settle(pid: int, tcp_before: int, limit_s: float = 10) -> tuple[float, int]:
-    """Waits until the front holds no more TCP sockets than before the load (connections
-    it still closes), up to ``limit_s``; the seconds it took and its descriptor count
-    then. (Cached blobs keep a descriptor each: those stay.)"""
-    start = time.monotonic()
-    while True:
-        if (fd_kinds(pid).get("tcp", 0) <= tcp_before
-                or time.monotonic() - start > limit_s):
-            return time.monotonic() - start, len(os.listdir(f"/proc/{pid}/fd"))
-        time.sleep(0.1)
-
-
-def tree_cpu_seconds(root: int) -> float:
-    """CPU time of a process tree so far: each live member's own and its reaped
-    children's, so that workers that came and went are counted through their parents."""
-    ticks = 0
-    for pid in _tree(root):
-        with contextlib.suppress(OSError, ValueError), open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-            ticks += sum(int(x) for x in stat[stat.rfind(b")") + 2:].split()[11:15])
-    return ticks / os.sysconf("SC_CLK_TCK")
-
-
-def machine_cpu_seconds() -> float:
-    """Busy CPU time of the whole machine so far (all cores), from /proc/stat."""
-    with open("/proc/stat") as f:
-        fields = [int(x) for x in f.readline().split()[1:9]]
-    return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")  # less idle, iowait
-
-
-def own_cpu_seconds() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
-def status_field(pid: int, field: str) -> int:
-    """A ``kB`` field of /proc/PID/status, in bytes."""
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024
-    raise KeyError(field)
-
-
-def sampler(pid: int, host: str, port: int, sample_s: float, stop: Any,
-            out: multiprocessing.connection.Connection) -> None:
-    """The sampling process: resources of the server, and /health latency, until ``stop``.
-
-    A process of its own, so that neither the load's event loop nor its GIL delays it."""
-    page = os.sysconf("SC_PAGE_SIZE")
-    start = time.monotonic()
-    series: dict[int, dict[str, int]] = {}  # per second: peaks
-    peaks = {"front_rss": 0, "front_fds": 0, "tree_rss": 0, "tree_processes": 0}
-    health: list[tuple[float, float, str]] = []  # (s since start, ms, outcome)
-
-    def resources() -> None:
-        tick = 0
-        while not stop.is_set():
-            now = time.monotonic()
-            sample = {}
-            with contextlib.suppress(OSError, ValueError):
-                sample["front_rss"] = _statm_rss(pid, page)
-                sample["front_fds"] = len(os.listdir(f"/proc/{pid}/fd"))
-            if tick % 2 == 0:
-                rss = processes = 0
-                for member in _tree(pid):
-                    with contextlib.suppress(OSError, ValueError):
-                        rss += _statm_rss(member, page)
-                        processes += 1
-                sample["tree_rss"], sample["tree_processes"] = rss, processes
-            second = series.setdefault(int(now - start), {})
-            for key, value in sample.items():
-                peaks[key] = max(peaks[key], value)
-                second[key] = max(second.get(key, 0), value)
-            tick += 1
-            time.sleep(max(0.0, sample_s - (time.monotonic() - now)))
-
-    def probes() -> None:
-        while not stop.is_set():
-            now = time.monotonic()
-            try:
-                status, _ = http_get(host, port, "/health", HEALTH_TIMEOUT_S)
-                outcome = str(status)
-            except (OSError, ValueError, IndexError) as error:
-                outcome = type(error).__name__
-            health.append((now - start, (time.monotonic() - now) * 1e3, outcome))
-            time.sleep(max(0.0, HEALTH_INTERVAL_S - (time.monotonic() - now)))
-
-    threads = [threading.Thread(target=resources), threading.Thread(target=probes)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    out.send({"peaks": peaks, "health": health, "cpu_s": own_cpu_seconds(),
-              "series": [{"s": s, **values} for s, values in sorted(series.items())]})
-
-
 # -- the server ---------------------------------------------------------------------------
 
 
@@ -750,15 +374,7 @@ def start_server(command: list[str], directory: Path) -> Server:
 def stop_server(server: Server) -> dict[str, Any]:
     """SIGTERM, then the time it took to exit and its exit code."""
     start = time.monotonic()
-    if server.process.poll() is None:
-        server.process.send_signal(signal.SIGTERM)
-        try:
-            server.process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            server.process.kill()
-            server.process.wait(timeout=30)
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(server.process.pid, signal.SIGKILL)
+    terminate(server.process)
     return {"exit_seconds": round(time.monotonic() - start, 3),
             "returncode": server.process.returncode}
 

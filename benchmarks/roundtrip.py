@@ -31,7 +31,6 @@ with ``scripts/reference-env.sh``).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import datetime
 import json
@@ -39,7 +38,6 @@ import os
 import platform
 import shlex
 import shutil
-import signal
 import socket
 import statistics
 import subprocess
@@ -54,6 +52,9 @@ from typing import Any
 import httpx
 
 import kcoral
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # shared parts, beside it
+from server_process import terminate  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 SOURCE = "def f():\n    return 1\n"
@@ -148,15 +149,7 @@ def start_reference(venv: Path, workers: int, directory: Path) -> Server:
 
 
 def stop(server: Server) -> None:
-    if server.process.poll() is None:
-        server.process.send_signal(signal.SIGTERM)
-        try:
-            server.process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            server.process.kill()
-            server.process.wait(timeout=30)
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(server.process.pid, signal.SIGKILL)
+    terminate(server.process)
 
 
 def reference_config(venv: Path, flags: list[str]) -> dict[str, Any]:
