@@ -22,6 +22,11 @@ struct JobOutcome {
   ResponseTimings timings;
 };
 
+// Seconds (a flag's value) as a timer's duration.
+inline std::chrono::steady_clock::duration seconds_duration(double seconds) {
+  return std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(seconds));
+}
+
 // "300 s": a duration in the messages of queue and run timeouts.
 inline std::string seconds_text(double seconds) {
   std::ostringstream out;

@@ -23,10 +23,6 @@ constexpr std::size_t kChunkedHeadroom = std::size_t{1} << 20;
 // connection is no longer watched.
 constexpr std::size_t kWatchLimit = 64 * 1024;
 
-std::chrono::steady_clock::duration seconds(double value) {
-  return std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(value));
-}
-
 // The client closed or reset the connection (mid-request too): nobody to answer.
 bool is_gone(beast::error_code ec) {
   return ec == http::error::end_of_stream || ec == http::error::partial_message || ec == boost::asio::error::eof ||
@@ -56,7 +52,7 @@ void HttpSession::run() {
 // Waits for a request's first byte (the idle timeout), unless it is already here.
 void HttpSession::wait_for_request() {
   if (buffer_.size() > 0) return read_header();
-  stream_.expires_after(seconds(overflow_ ? state_.config.header_timeout_seconds : state_.config.idle_timeout_seconds));
+  stream_.expires_after(seconds_duration(overflow_ ? state_.config.header_timeout_seconds : state_.config.idle_timeout_seconds));
   stream_.async_read_some(buffer_.prepare(4096), [self = shared_from_this()](beast::error_code ec, std::size_t n) {
     if (ec == beast::error::timeout) self->state_.metrics.record(Metrics::Guard::idle_timeout);
     if (ec) return self->close();
@@ -69,7 +65,7 @@ void HttpSession::read_header() {
   parser_.emplace();
   parser_->header_limit(kHeaderLimit);
   parser_->body_limit(state_.config.max_request_bytes);
-  stream_.expires_after(seconds(state_.config.header_timeout_seconds));
+  stream_.expires_after(seconds_duration(state_.config.header_timeout_seconds));
   http::async_read_header(stream_, buffer_, *parser_,
                           [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_header(ec); });
 }
@@ -142,7 +138,7 @@ void HttpSession::read_body() {
   if (parser_->is_done()) return handle(parser_->release());
   if (!reserve_body()) return reject_and_close(inflight_full());
   stream_.expires_never();
-  body_timer_.expires_after(seconds(state_.config.body_rate_window_seconds));
+  body_timer_.expires_after(seconds_duration(state_.config.body_rate_window_seconds));
   body_timer_.async_wait([self = shared_from_this(), read = ++body_reads_](boost::system::error_code ec) {
     if (ec || read != self->body_reads_) return;
     self->body_stalled_ = true;
@@ -174,7 +170,7 @@ void HttpSession::on_body(beast::error_code ec, std::size_t bytes) {
   if (is_gone(ec)) return close();
   if (ec) return reject_and_close({ErrorKind::parse, "malformed HTTP request: " + ec.message()});
   window_bytes_ += bytes;
-  if (Clock::now() - window_start_ >= seconds(window)) {
+  if (Clock::now() - window_start_ >= seconds_duration(window)) {
     if (window_bytes_ < minimum) return too_slow();
     window_start_ = Clock::now();
     window_bytes_ = 0;

@@ -272,8 +272,7 @@ int run_server(ServerConfig config) {
                  name, seconds_text(config.shutdown_grace_seconds).c_str());
     listener->stop();
     signals.async_wait(on_signal);
-    grace.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-        std::chrono::duration<double>(config.shutdown_grace_seconds)));
+    grace.expires_after(seconds_duration(config.shutdown_grace_seconds));
     grace.async_wait([&](boost::system::error_code ec) {
       if (ec) return;
       std::fprintf(stderr, "kcoral-server: the shutdown grace is over: killing running programs\n");

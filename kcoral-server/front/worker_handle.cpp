@@ -379,7 +379,7 @@ void WorkerHandle::kill_tree() const {
 
 void WorkerHandle::start_deadline() {
   paused_remaining_.reset();
-  arm_deadline(std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(job_->timeout_seconds)));
+  arm_deadline(seconds_duration(job_->timeout_seconds));
 }
 
 void WorkerHandle::pause_deadline() {

@@ -65,8 +65,7 @@ void WorkerPool::submit(std::shared_ptr<ExecuteJob> job) {
 void WorkerPool::enqueue(std::shared_ptr<ExecuteJob> job, bool front) {
   auto timer = std::make_unique<boost::asio::steady_timer>(strand_);
   // The queue timeout counts from the request's arrival, also for a job put back.
-  timer->expires_at(job->received + std::chrono::duration_cast<Clock::duration>(
-                                        std::chrono::duration<double>(config_.queue_timeout_seconds)));
+  timer->expires_at(job->received + seconds_duration(config_.queue_timeout_seconds));
   timer->async_wait([this, job](boost::system::error_code ec) {
     if (ec) return;
     auto it = std::find_if(queue_.begin(), queue_.end(), [&](const Queued& q) { return q.job == job; });
