@@ -9,6 +9,8 @@
 #   benchmarks/gpu/run.sh stash      keep the carried part of the large wheels for a later call
 #   benchmarks/gpu/run.sh build      that, then unpack, build, run the C++ units and try the sandbox
 #   benchmarks/gpu/run.sh examples   the examples and the GPU tests, not the measurements
+#   benchmarks/gpu/run.sh tests      the GPU tests only (the kcoral command's ncu and
+#                                    compute-sanitizer among them): needs the debs, no wheels
 #   benchmarks/gpu/run.sh measure    the measurements only
 #   benchmarks/gpu/run.sh small-kernel [N]   benchmark() against raw CUPTI for the 256-float
 #                                    kernel, N processes a side, sandboxed and unsandboxed
@@ -65,6 +67,9 @@ ninja -C build/gpu -j16 >"$out/build.log" 2>&1 || { grep -E "error|FAILED" "$out
 nvcc -O3 -std=c++17 -arch=sm_90a benchmarks/gpu/raw_cupti.cu -o build/gpu/raw_cupti \
   -I/usr/local/cuda/include -L/usr/local/cuda/lib64 -L/usr/local/cuda-13.0/targets/x86_64-linux/lib -lcupti \
   -Xlinker -rpath -Xlinker /usr/local/cuda-13.0/targets/x86_64-linux/lib || exit 1
+# The package whole, as pip install lays it out: a tool's own Python (kcoral run python)
+# imports kcoral._native from it, while workers have it built in.
+cp build/gpu/bindings/_native*.so bindings/kcoral/
 log "C++ units"
 KCORAL_PYTHON=$python ctest --test-dir build/gpu --output-on-failure 2>&1 | tail -30
 if [[ ${1:-} == build ]]; then
@@ -119,7 +124,7 @@ example() {  # name, script, env...
   log "example $name: $status"
   [[ $status == passed ]] || tail -15 "$out/example-$name.log"
 }
-if [[ ${1:-} != measure && ${1:-} != small-kernel ]]; then
+if [[ ${1:-} != measure && ${1:-} != small-kernel && ${1:-} != tests ]]; then
 example benchmark_kernel examples/benchmark_kernel.py KCORAL_URL=$gpu
 example remote_compile_client examples/remote_compile_client.py KCORAL_URL=$gpu
 example library_upload_client examples/library_upload_client.py KCORAL_URL=$gpu
@@ -128,7 +133,7 @@ fi
 
 if [[ ${1:-} != measure && ${1:-} != small-kernel ]]; then
 log "GPU tests"
-KCORAL_GPU_URL=$gpu timeout 900 "$python" -m pytest -q -p no:cacheprovider test/python/gpu 2>&1 | tee "$out/gpu-tests.log" | tail -15
+KCORAL_GPU_URL=$gpu timeout 900 "$python" -m pytest -q -rs -p no:cacheprovider test/python/gpu 2>&1 | tee "$out/gpu-tests.log" | tail -15
 echo >>"$summary"
 echo "GPU tests: $(tail -n 1 "$out/gpu-tests.log")" >>"$summary"
 fi
@@ -138,7 +143,7 @@ if [[ ${1:-} == small-kernel ]]; then
   timeout 500 "$python" benchmarks/gpu/gpu_checks.py --fresh "$gpu" --reused "$reused" \
     --fresh-variant "sandbox none=$unsandboxed" --small-kernel-processes "${2:-15}" \
     --raw-cupti build/gpu/raw_cupti --json "$result/gpu-small-kernel.json" 2>&1 | tee -a "$summary"
-elif [[ ${1:-} != examples ]]; then
+elif [[ ${1:-} != examples && ${1:-} != tests ]]; then
 log "measurements"
 echo >>"$summary"
 timeout 900 "$python" benchmarks/gpu/gpu_checks.py --fresh "$gpu" --reused "$reused" \
