@@ -36,6 +36,8 @@ from kcoral._errors import ExecutionTimeout, KCoralError
 from kcoral._files import ReturnedFile, ReturnedFolder
 from kcoral._program import Program
 from kcoral._result import ProgramResult
+# benchmark() steps aside (one untimed call) under the tool this variable names.
+from kcoral.builtins import UNDER_TOOL_VARIABLE
 
 # The remote working directory of the tool, and the folder the runner makes for what a
 # tool writes for us (a report, a log); the two never overlap, so no upload can collide
@@ -44,10 +46,6 @@ JOB_DIR = "job"
 OUTPUT_DIR = "kcoral-out"
 NCU_REPORT = "report.ncu-rep"
 SANITIZER_LOG = "sanitizer.log"
-
-# The benchmark() of kcoral.builtins reads this and steps aside (one untimed call) under
-# the named tool, which instruments the GPU itself.
-UNDER_TOOL_VARIABLE = "KCORAL_UNDER_TOOL"
 
 DEFAULT_TIMEOUT_SECONDS = 300.0  # the server's own default
 # Asked for per stream; the server clamps it to its --max-output-limit-bytes (16 MiB).
@@ -254,7 +252,7 @@ def script_uploads(
     local = Path(script)
     if not local.is_file():
         raise UsageError(f"{script}: no such file")
-    relative = inside_current_directory(local)
+    relative = relative_inside(local, Path.cwd())
     if relative is None:
         if chosen or no_upload:
             raise UsageError(
@@ -271,9 +269,9 @@ def script_uploads(
     return relative, uploads
 
 
-def inside_current_directory(path: Path) -> str | None:
-    """``path`` relative to the current directory, ``/``-separated; None when outside it."""
-    relative = os.path.relpath(os.path.abspath(path))
+def relative_inside(path: str | Path, root: Path) -> str | None:
+    """``path`` relative to ``root``, ``/``-separated (``.`` for root); None when outside it."""
+    relative = os.path.relpath(os.path.abspath(path), root)
     if relative == ".." or relative.startswith(".." + os.sep) or os.path.isabs(relative):
         return None
     return Path(relative).as_posix()
@@ -314,13 +312,13 @@ def collect_uploads(
             found[remote] = (stream.read(), bool(info.st_mode & stat.S_IXUSR))
 
     for path in paths:
-        relative = os.path.relpath(os.path.abspath(path), root)
-        if relative == ".." or relative.startswith(".." + os.sep):
+        relative = relative_inside(path, root)
+        if relative is None:
             raise UsageError(
                 f"--upload {path}: outside the current directory, which the remote working "
                 "directory stands for"
             )
-        prefix = "" if relative == "." else Path(relative).as_posix() + "/"
+        prefix = "" if relative == "." else relative + "/"
         if not os.path.isdir(path) or os.path.islink(path):
             if not os.path.lexists(path):
                 raise UsageError(f"--upload {path}: no such file or folder")
@@ -418,10 +416,21 @@ def report(run: ToolRun, result: ProgramResult) -> int:
         if error.get("traceback"):
             print(error["traceback"].rstrip(), file=sys.stderr)
         return EXIT_PROGRAM_FAILED
-    status = result.results["tool"]
-    if run.output_file is not None:
-        bring_back(run, result.results["output"])
-    return int(status["exit_code"])
+    # A completed program's answer comes from the server, not from this process: one
+    # without the runner's status (a server that is not KCoral's, say) is said, not a crash.
+    code: Any = None
+    folder: Any = None
+    try:
+        code = result.results["tool"]["exit_code"]
+        folder = result.results["output"] if run.output_file is not None else None
+    except (KeyError, TypeError):
+        pass
+    if type(code) is not int or not (folder is None or isinstance(folder, ReturnedFolder)):
+        note(f"the server's answer holds no exit status of {run.tool}: {result.results!r:.200}")
+        return EXIT_SERVER
+    if folder is not None:
+        bring_back(run, folder)
+    return code
 
 
 def bring_back(run: ToolRun, folder: ReturnedFolder) -> None:

@@ -305,6 +305,15 @@ def test_a_missing_report_is_said_and_the_exit_code_kept(project, capsys):
     assert not Path("check.ncu-rep").exists()
 
 
+@pytest.mark.parametrize("results", [{}, {"tool": None}, {"tool": {"exit_code": "0"}},
+                                     {"tool": {"exit_code": True}},
+                                     {"tool": {"exit_code": 0}, "output": "report"}])
+def test_an_answer_without_the_runners_status_is_125_not_a_crash(project, capsys, results):
+    assert _cli.report(tool_run("ncu", "bench/check.py"), result(results=results)) == 125
+    assert "holds no exit status of ncu" in capsys.readouterr().err
+    assert not Path("check.ncu-rep").exists()
+
+
 # -- benchmark() under a tool -----------------------------------------------------------------
 
 # The keys of the native report (libkcoral/src/python/native_module.cpp) and "timed".
