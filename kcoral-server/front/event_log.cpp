@@ -54,7 +54,7 @@ void EventLog::write(std::string_view line) {
 }
 
 void EventLog::rotate() {
-  // events.jsonl.(N-1) is the oldest kept; .N would be one too many.
+  // NAME.(N-1) is the oldest kept; .N would be one too many.
   std::string base = path();
   std::error_code ec;
   std::filesystem::remove(base + "." + std::to_string(settings_.files - 1), ec);

@@ -1,7 +1,10 @@
 // EventLog: one JSON line per POST /execute, under --log-dir, rotated by size.
 //
-// The file is events.jsonl; past --log-max-bytes it becomes events.jsonl.1 (the older ones
-// move up to .2, .3, ...; past --log-files the oldest is removed) and a new one starts.
+// One EventLog is one file, events.jsonl unless named otherwise; past --log-max-bytes it
+// becomes events.jsonl.1 (the older ones move up to .2, .3, ...; past --log-files the
+// oldest is removed) and a new one starts. With --token-file the server keeps a second
+// one, anonymous.jsonl, for requests that showed no accepted token: rotated on its own, so
+// that anyone who can reach the port cannot push the clients' lines out of events.jsonl.
 // Each line is written with one write(2) on an O_APPEND descriptor, so lines never
 // interleave and a crash loses no line already answered. Thread-safe.
 //
@@ -29,12 +32,13 @@ class EventLog {
     std::string directory;
     std::uint64_t max_file_bytes = 64ull << 20;
     std::size_t files = 5;  // kept in all, the current one included
+    std::string name = "events.jsonl";
   };
 
   [[nodiscard]] static Result<std::unique_ptr<EventLog>> open(Settings settings);
   // Appends `line` (one JSON document, without its newline).
   void write(std::string_view line);
-  [[nodiscard]] std::string path() const { return settings_.directory + "/events.jsonl"; }
+  [[nodiscard]] std::string path() const { return settings_.directory + "/" + settings_.name; }
 
  private:
   explicit EventLog(Settings settings) : settings_(std::move(settings)) {}

@@ -273,9 +273,13 @@ void HttpSession::reject_and_close(const Error& error, bool drain) {
   response_ = std::make_shared<HttpResponse>(error_response(error, 11, false, request_id));
   // The one timeout a session reports is the client's own: 408, not a program's 504.
   if (error.kind == ErrorKind::timeout) response_->result(http::status::request_timeout);
-  if (parser_ && parser_->get().target().starts_with("/execute"))
+  if (parser_ && parser_->get().target().starts_with("/execute")) {
+    // Anonymous unless the fields parsed so far carry an accepted token (an open server's
+    // check accepts all): who shows none must not rotate the clients' lines away.
+    bool anonymous = error.kind == ErrorKind::unauthorized || check_access(parser_->get(), state_).has_value();
     record_execute(state_, {request_id, peer_, static_cast<int>(response_->result_int()), "ERROR", {}, error.kind,
-                            error.message, nullptr, {}, 0, 0, response_->body().size()});
+                            error.message, nullptr, {}, 0, 0, response_->body().size(), anonymous});
+  }
   stream_.expires_after(kWriteTimeout);
   http::async_write(stream_, *response_, [self = shared_from_this(), drain](beast::error_code ec, std::size_t) {
     if (ec || !drain) return self->close();

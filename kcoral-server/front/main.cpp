@@ -95,7 +95,8 @@ int main(int argc, char** argv) {
   app.add_option("--worker", config.worker_path, "Path of kcoral-worker (default: beside this binary)");
   app.add_option("--log-dir", config.log_dir,
                  "Directory of the event log: one JSON line per POST /execute in events.jsonl (request id, "
-                 "client, outcome, error kind, program shape, timings, sizes)");
+                 "client, outcome, error kind, program shape, timings, sizes); with --token-file, those of requests "
+                 "without an accepted token in anonymous.jsonl, rotated on its own");
   app.add_option("--log-max-bytes", config.log_max_bytes, "Size at which the event log's file is rotated")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();

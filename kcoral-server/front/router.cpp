@@ -179,7 +179,8 @@ HttpResponse finish_execute(const ExecuteJob& job, JobOutcome outcome, ServerSta
 void record_execute(ServerState& state, const ExecuteRecord& record) {
   std::string_view label = record.outcome.empty() ? outcome_label(record.http_status, record.status) : record.outcome;
   state.metrics.record_execute(label, record.seconds);
-  if (state.event_log == nullptr) return;
+  EventLog* log = record.anonymous ? state.anonymous_log : state.event_log;
+  if (log == nullptr) return;
   Json line{{"time", now_rfc3339()},
             {"request_id", record.request_id},
             {"client", record.client},
@@ -211,7 +212,10 @@ void record_execute(ServerState& state, const ExecuteRecord& record) {
                      {"lease_held_ms", record.timings.lease_held_ms}};
   line["request_bytes"] = record.request_bytes;
   line["response_bytes"] = record.response_bytes;
-  state.event_log->write(line.dump(-1, ' ', false, Json::error_handler_t::replace));
+  // ASCII only: U+2028, U+2029 and U+0085 end a line for some readers (JavaScript's, and
+  // Python's splitlines), so a client's text must not bring them in raw. Invalid UTF-8
+  // becomes U+FFFD.
+  log->write(line.dump(-1, ' ', true, Json::error_handler_t::replace));
 }
 
 std::optional<Error> check_access(const http::request_header<>& header, const ServerState& state) {

@@ -39,6 +39,7 @@ struct ServerState {
   std::uint64_t descriptor_limit = 0;
   std::vector<std::string> token_digests{};  // SHA-256 of each accepted token; empty: open
   EventLog* event_log = nullptr;             // --log-dir; null: none
+  EventLog* anonymous_log = nullptr;         // --log-dir with --token-file: records without a token
   std::atomic<std::size_t> connections{0};  // HttpSessions alive
   InflightBytes inflight{config.max_inflight_bytes};
   ExecuteSettings execute{config.default_timeout_seconds, config.max_timeout_seconds,
@@ -56,7 +57,8 @@ struct RouteResult {
 
 // What one POST /execute came to: counted in the metrics and, with --log-dir, written to
 // the event log. Every /execute is recorded once, whether answered by the router, by its
-// program, or refused by the session on its header or body.
+// program, or refused by the session on its header or body. An anonymous record goes to
+// the anonymous log (none without one), never to the event log.
 struct ExecuteRecord {
   std::string_view request_id;
   std::string_view client;
@@ -70,6 +72,9 @@ struct ExecuteRecord {
   double seconds = 0;  // arrival to answer
   std::uint64_t request_bytes = 0;
   std::uint64_t response_bytes = 0;
+  // The request showed no accepted token on a server that needs one. Never so for what
+  // the router answers: a request reaches it only once its header passed check_access.
+  bool anonymous = false;
 };
 void record_execute(ServerState& state, const ExecuteRecord& record);
 // With --token-file, every request but GET /health must carry one of its tokens as

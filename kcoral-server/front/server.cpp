@@ -139,13 +139,18 @@ int run_server(ServerConfig config) {
                  config.host.c_str());
 
   std::unique_ptr<EventLog> event_log;
+  std::unique_ptr<EventLog> anonymous_log;  // with tokens: the requests that show none
   if (!config.log_dir.empty()) {
-    auto opened = EventLog::open({config.log_dir, config.log_max_bytes, config.log_files});
-    if (!opened) {
-      std::fprintf(stderr, "kcoral-server: --log-dir: %s\n", opened.error().message.c_str());
-      return 2;
-    }
-    event_log = std::move(*opened);
+    auto open_log = [&config](const char* name) -> std::unique_ptr<EventLog> {
+      auto opened = EventLog::open({config.log_dir, config.log_max_bytes, config.log_files, name});
+      if (!opened) {
+        std::fprintf(stderr, "kcoral-server: --log-dir: %s\n", opened.error().message.c_str());
+        return nullptr;
+      }
+      return std::move(*opened);
+    };
+    if (!(event_log = open_log("events.jsonl"))) return 2;
+    if (!token_digests.empty() && !(anonymous_log = open_log("anonymous.jsonl"))) return 2;
   }
 
   boost::asio::io_context io(static_cast<int>(config.io_threads));
@@ -167,6 +172,7 @@ int run_server(ServerConfig config) {
   state.descriptor_limit = descriptor_limit;
   state.token_digests = std::move(token_digests);
   state.event_log = event_log.get();
+  state.anonymous_log = anonymous_log.get();
 
   if (auto started = pool.start(); !started) {
     std::fprintf(stderr, "kcoral-server: %s\n", started.error().message.c_str());

@@ -2,7 +2,10 @@
 
 Every kind of answer is logged once with its request id: a completed and a failed
 program, a cache miss, a malformed request, a body over the limit (refused before the
-router), and a program whose client went away. Rotation keeps --log-files files.
+router), and a program whose client went away. Rotation keeps --log-files files. With
+--token-file, requests that show no accepted token are logged to anonymous.jsonl, rotated
+on its own, so that they cannot push the clients' lines out of events.jsonl. Lines are
+ASCII: a client's U+2028, U+2029 or U+0085 cannot split one for a line-oriented reader.
 """
 
 from __future__ import annotations
@@ -85,3 +88,71 @@ def test_the_log_rotates_by_size_and_keeps_its_files(start_server, tmp_path):
         assert path.stat().st_size <= 1500
     logged = [event["request_id"] for event in events(log_dir)]
     assert logged == sent[-len(logged):]  # the newest, in order, none twice
+
+
+def lines_of(directory, name: str) -> list[bytes]:
+    """The lines of every file of one log, oldest first, split on newlines alone."""
+    lines = []
+    for path in sorted(directory.glob(f"{name}*"), reverse=True):
+        lines += path.read_bytes().split(b"\n")[:-1]
+    return lines
+
+
+def test_requests_without_an_accepted_token_cannot_rotate_the_clients_lines_away(start_server, tmp_path):
+    tokens = tmp_path / "tokens"
+    tokens.write_text("the-secret\n")
+    tokens.chmod(0o600)
+    log_dir = tmp_path / "log"
+    server = start_server("--num-workers", "1", "--token-file", str(tokens), "--log-dir", str(log_dir),
+                          "--log-max-bytes", "4000", "--log-files", "2")
+    authorized = {"Authorization": "Bearer the-secret"}
+    content_type, body = call("def f():\n    return 1\n", "f").to_request()
+
+    def real_client() -> str:
+        request_id = str(uuid.uuid4())
+        response = server.post(content_type, body, headers={"X-Request-ID": request_id, **authorized})
+        assert response.json()["status"] == "COMPLETED"
+        return request_id
+
+    first = real_client()
+    for i in range(800):
+        if i % 4 == 3:  # malformed before any token is looked at
+            with socket.create_connection((server.host, server.port), timeout=10) as sock:
+                sock.sendall(b"POST /execute HTTP/1.1\r\nHost: x\r\nno colon in this field\r\n\r\n")
+                assert sock.recv(100).startswith(b"HTTP/1.1 400")
+        else:
+            headers = [{}, {"Authorization": "Bearer a-guess"}, {"Authorization": "Basic eDp5"}][i % 4]
+            assert server.post(content_type, body, headers=headers).status_code == 401
+    last = real_client()
+
+    logged = [json.loads(line) for line in lines_of(log_dir, "events.jsonl")]
+    logged_ids = [event["request_id"] for event in logged]
+    assert first in logged_ids, f"the client's line was rotated out; events.jsonl holds {len(logged_ids)} lines"
+    assert logged_ids == [first, last]
+    assert not (log_dir / "events.jsonl.1").exists()
+    anonymous = [json.loads(line) for line in lines_of(log_dir, "anonymous.jsonl")]
+    assert anonymous and {event["outcome"] for event in anonymous} == {"unauthorized", "rejected"}
+    assert sorted(path.name for path in log_dir.iterdir()) == [
+        "anonymous.jsonl", "anonymous.jsonl.1", "events.jsonl"]
+    assert all(path.stat().st_size <= 4000 for path in log_dir.iterdir())
+    metrics = server.request("GET", "/metrics", headers=authorized).text
+    assert 'kcoral_execute_requests_total{outcome="unauthorized"} 600' in metrics
+
+
+def test_line_separators_in_a_clients_text_are_escaped_and_each_line_is_json(start_server, tmp_path):
+    log_dir = tmp_path / "log"
+    server = start_server("--num-workers", "1", "--log-dir", str(log_dir))
+    separators = "a\u2028b\u2029c\u0085d"
+    # The failure's message is the client's text, written into the line.
+    failed, _ = post(server, call(f"def f():\n    raise ValueError({separators!r})\n", "f"))
+    assert wait_until(lambda: (log_dir / "events.jsonl").exists() and
+                      (log_dir / "events.jsonl").stat().st_size > 0, 10)
+    raw = (log_dir / "events.jsonl").read_bytes()
+    for encoded in ("\u2028", "\u2029", "\u0085"):
+        assert encoded.encode() not in raw, f"{encoded!r} written raw"
+    assert raw.isascii()
+    lines = raw.split(b"\n")[:-1]
+    assert len(raw.decode().splitlines()) == len(lines) == 1  # no reader finds more lines
+    event = json.loads(lines[0])
+    assert event["request_id"] == failed and event["outcome"] == "failed"
+    assert separators in event["error"]["message"]
