@@ -80,7 +80,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--disk-cache-dir", config.disk_cache_dir,
                  "Directory that keeps uploaded blobs on disk too, so that they survive a restart; a blob "
-                 "missing from memory is looked for there before the client is asked for it");
+                 "missing from memory is looked for there before the client is asked for it; it must belong to the "
+                 "server's user and be writable by no one else (made 0700 if missing)");
   app.add_option("--disk-cache-bytes", config.disk_cache_bytes,
                  "Disk for --disk-cache-dir (least recently used first)")
       ->check(CLI::PositiveNumber)

@@ -1,6 +1,8 @@
-// DiskBlobCache: files named by digest, a writer thread, LRU by bytes, checked reads.
+// DiskBlobCache: files named by digest, a writer thread, LRU by bytes, checked reads, all
+// reached from the directory's descriptor without following a link.
 #include "kcoral/disk_blob_cache.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -8,31 +10,91 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
+#include <tuple>
 #include <vector>
 
 #include "kcoral/request_id.hpp"
 #include "kcoral/sha256.hpp"
 
 namespace kcoral {
+namespace {
+
 namespace fs = std::filesystem;
+
+constexpr int kDirectoryFlags = O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC;
+
+struct CloseDir {
+  void operator()(DIR* stream) const { ::closedir(stream); }
+};
+
+// The names in a directory ("." and ".." aside), read through a description of its own so
+// that `directory` itself is not moved.
+std::vector<std::string> names_in(int directory) {
+  std::vector<std::string> names;
+  int fd = ::openat(directory, ".", kDirectoryFlags);
+  if (fd < 0) return names;
+  std::unique_ptr<DIR, CloseDir> stream(::fdopendir(fd));
+  if (!stream) {
+    ::close(fd);
+    return names;
+  }
+  while (const dirent* entry = ::readdir(stream.get())) {
+    std::string_view name = entry->d_name;
+    if (name != "." && name != "..") names.emplace_back(name);
+  }
+  return names;
+}
+
+std::string octal_mode(mode_t mode) {
+  char text[8];
+  std::snprintf(text, sizeof text, "%04o", static_cast<unsigned>(mode & 07777));
+  return text;
+}
+
+}  // namespace
 
 Result<std::unique_ptr<DiskBlobCache>> DiskBlobCache::open(std::string directory, std::uint64_t capacity_bytes) {
   std::error_code ec;
-  fs::create_directories(fs::path(directory) / "tmp", ec);
-  if (ec) return fail(ErrorKind::engine, "cannot make the disk cache " + directory + ": " + ec.message());
-  fs::permissions(directory, fs::perms::owner_all, fs::perm_options::replace, ec);
+  if (fs::path parent = fs::path(directory).parent_path(); !parent.empty()) fs::create_directories(parent, ec);
+  if (ec || (::mkdir(directory.c_str(), 0700) != 0 && errno != EEXIST))
+    return fail(ErrorKind::engine, "cannot make the disk cache " + directory + ": " +
+                                       (ec ? ec.message() : std::string(std::strerror(errno))));
+  UniqueFd root(::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  struct stat info {};
+  if (!root || ::fstat(root.get(), &info) != 0)
+    return fail(ErrorKind::engine, "cannot open the disk cache " + directory + ": " + std::strerror(errno));
+  if (info.st_uid != ::geteuid())
+    return fail(ErrorKind::engine,
+                "the disk cache " + directory + " belongs to uid " + std::to_string(info.st_uid) +
+                    ", not to this server's uid " + std::to_string(::geteuid()) +
+                    ": its owner could plant links in it and have the server write where they choose; give it "
+                    "to the server's user (chown) or choose a directory of the server's own");
+  if ((info.st_mode & (S_IWGRP | S_IWOTH)) != 0)
+    return fail(ErrorKind::engine, "the disk cache " + directory + " is writable by its group or by others (mode " +
+                                       octal_mode(info.st_mode) +
+                                       "): they could plant links in it and have the server write where they "
+                                       "choose; make it 0700 (chmod 700 " + directory + ")");
+  ::fchmod(root.get(), 0700);  // the blobs are the clients': no one else reads them either
+  if (::mkdirat(root.get(), "tmp", 0700) != 0 && errno != EEXIST)
+    return fail(ErrorKind::engine, "cannot make " + directory + "/tmp: " + std::strerror(errno));
+  UniqueFd tmp(::openat(root.get(), "tmp", kDirectoryFlags));
+  if (!tmp)
+    return fail(ErrorKind::engine, "cannot open " + directory + "/tmp (it must be a directory, not a link): " +
+                                       std::strerror(errno));
   // Unfinished writes of an earlier run.
-  for (const auto& leftover : fs::directory_iterator(fs::path(directory) / "tmp", ec)) fs::remove(leftover, ec);
-  std::unique_ptr<DiskBlobCache> cache(new DiskBlobCache(std::move(directory), capacity_bytes));
+  for (const std::string& leftover : names_in(tmp.get())) ::unlinkat(tmp.get(), leftover.c_str(), 0);
+  std::unique_ptr<DiskBlobCache> cache(new DiskBlobCache(std::move(root), std::move(tmp), capacity_bytes));
   cache->scan();
   cache->writer_ = std::thread([raw = cache.get()] { raw->write_loop(); });
   return cache;
 }
 
-DiskBlobCache::DiskBlobCache(std::string directory, std::uint64_t capacity_bytes)
-    : directory_(std::move(directory)), capacity_bytes_(capacity_bytes) {}
+DiskBlobCache::DiskBlobCache(UniqueFd root, UniqueFd tmp, std::uint64_t capacity_bytes)
+    : root_(std::move(root)), tmp_(std::move(tmp)), capacity_bytes_(capacity_bytes) {}
 
 DiskBlobCache::~DiskBlobCache() {
   {
@@ -43,26 +105,34 @@ DiskBlobCache::~DiskBlobCache() {
   if (writer_.joinable()) writer_.join();
 }
 
-std::string DiskBlobCache::path_of(const std::string& digest) const {
-  return directory_ + "/" + digest.substr(0, 2) + "/" + digest;
+UniqueFd DiskBlobCache::subdirectory(const std::string& digest, bool create) const {
+  std::string name = digest.substr(0, 2);
+  if (create) ::mkdirat(root_.get(), name.c_str(), 0700);  // EEXIST: made already
+  return UniqueFd(::openat(root_.get(), name.c_str(), kDirectoryFlags));
 }
 
 void DiskBlobCache::scan() {
   struct Found {
     std::string digest;
     std::uint64_t bytes;
-    fs::file_time_type used;
+    std::timespec used;
   };
   std::vector<Found> found;
-  std::error_code ec;
-  for (auto it = fs::recursive_directory_iterator(directory_, ec); !ec && it != fs::recursive_directory_iterator();
-       it.increment(ec)) {
-    std::string name = it->path().filename().string();
-    if (!it->is_regular_file(ec) || !is_sha256_hex(name) || it->path().parent_path().filename() != name.substr(0, 2))
-      continue;
-    found.push_back({name, static_cast<std::uint64_t>(it->file_size(ec)), it->last_write_time(ec)});
+  for (const std::string& prefix : names_in(root_.get())) {
+    if (prefix.size() != 2) continue;  // tmp, or not ours
+    UniqueFd directory(::openat(root_.get(), prefix.c_str(), kDirectoryFlags));
+    if (!directory) continue;  // not a directory: nothing kept under it
+    for (const std::string& name : names_in(directory.get())) {
+      struct stat info {};
+      if (!is_sha256_hex(name) || !name.starts_with(prefix) ||
+          ::fstatat(directory.get(), name.c_str(), &info, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(info.st_mode))
+        continue;
+      found.push_back({name, static_cast<std::uint64_t>(info.st_size), info.st_mtim});
+    }
   }
-  std::sort(found.begin(), found.end(), [](const Found& a, const Found& b) { return a.used > b.used; });
+  std::sort(found.begin(), found.end(), [](const Found& a, const Found& b) {
+    return std::tie(a.used.tv_sec, a.used.tv_nsec) > std::tie(b.used.tv_sec, b.used.tv_nsec);
+  });
   std::lock_guard lock(mutex_);
   for (Found& blob : found) {
     lru_.push_back(blob.digest);
@@ -109,12 +179,11 @@ void DiskBlobCache::write_loop() {
 }
 
 void DiskBlobCache::write(const std::string& digest, const Blob& blob) {
-  std::string final_path = path_of(digest);
-  std::string temporary = directory_ + "/tmp/" + digest + "." + new_request_id();
-  std::error_code ec;
-  fs::create_directories(fs::path(final_path).parent_path(), ec);
+  UniqueFd directory = subdirectory(digest, /*create=*/true);
+  if (!directory) return;
+  std::string temporary = digest + "." + new_request_id();
   {
-    UniqueFd fd(::open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+    UniqueFd fd(::openat(tmp_.get(), temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
     if (!fd) return;
     std::span<const std::byte> bytes = blob.bytes();
     std::size_t written = 0;
@@ -125,13 +194,13 @@ void DiskBlobCache::write(const std::string& digest, const Blob& blob) {
       written += static_cast<std::size_t>(n);
     }
     if (written != bytes.size()) {  // disk full, say: not kept
-      fs::remove(temporary, ec);
+      ::unlinkat(tmp_.get(), temporary.c_str(), 0);
       return;
     }
   }
-  fs::rename(temporary, final_path, ec);
-  if (ec) {
-    fs::remove(temporary, ec);
+  // A link planted under the digest's name is replaced, not followed.
+  if (::renameat(tmp_.get(), temporary.c_str(), directory.get(), digest.c_str()) != 0) {
+    ::unlinkat(tmp_.get(), temporary.c_str(), 0);
     return;
   }
   std::lock_guard lock(mutex_);
@@ -150,10 +219,13 @@ std::optional<Blob> DiskBlobCache::load(const std::string& digest) {
     if (it == entries_.end()) return std::nullopt;
     lru_.splice(lru_.begin(), lru_, it->second.lru);
   }
-  std::string path = path_of(digest);
+  // Opened only when a regular file, checked again once open (it may have been swapped).
+  UniqueFd directory = subdirectory(digest, /*create=*/false);
   std::optional<Blob> blob;
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
   struct stat info {};
+  UniqueFd fd;
+  if (directory && ::fstatat(directory.get(), digest.c_str(), &info, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(info.st_mode))
+    fd = UniqueFd(::openat(directory.get(), digest.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
   if (fd && ::fstat(fd.get(), &info) == 0 && S_ISREG(info.st_mode)) {
     auto size = static_cast<std::size_t>(info.st_size);
     void* mapped = size > 0 ? ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd.get(), 0) : nullptr;
@@ -165,22 +237,20 @@ std::optional<Blob> DiskBlobCache::load(const std::string& digest) {
       if (size > 0) ::munmap(mapped, size);
     }
   }
+  if (blob) ::futimens(fd.get(), nullptr);  // its use, for the order after a restart
   std::lock_guard lock(mutex_);
-  if (!blob) {  // gone, damaged or altered: not kept any more
-    std::error_code ec;
-    fs::remove(path, ec);
+  if (!blob) {  // gone, damaged, altered or not a file: not kept any more
+    if (directory) ::unlinkat(directory.get(), digest.c_str(), 0);  // a link goes, never its target
     forget_locked(digest);
     return std::nullopt;
   }
-  ::utimensat(AT_FDCWD, path.c_str(), nullptr, 0);  // its use, for the order after a restart
   return blob;
 }
 
 void DiskBlobCache::evict_locked() {
   while (size_bytes_ > capacity_bytes_ && !lru_.empty()) {
     std::string digest = lru_.back();
-    std::error_code ec;
-    fs::remove(path_of(digest), ec);
+    if (UniqueFd directory = subdirectory(digest, /*create=*/false)) ::unlinkat(directory.get(), digest.c_str(), 0);
     forget_locked(digest);
   }
 }

@@ -1,10 +1,15 @@
 // DiskBlobCache (libkcoral/src/disk_blob_cache.cpp): blobs written by digest survive a
 // reopen, come back only whole and unaltered, are bounded in bytes (least recently used
-// first), and BlobStore asks the disk before it counts a blob as missing.
+// first), and BlobStore asks the disk before it counts a blob as missing. A directory of
+// another owner, or one others may write to, is refused; links and other non-files planted
+// under it are never followed, read or written through.
 #include <doctest/doctest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "kcoral/blob_store.hpp"
 #include "kcoral/disk_blob_cache.hpp"
@@ -29,6 +34,25 @@ std::unique_ptr<kcoral::DiskBlobCache> open_cache(const std::string& directory, 
 void store(kcoral::DiskBlobCache& cache, const std::string& data) {
   cache.store(kcoral::sha256_hex(data), blob_of(data));
   cache.flush();
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream file(path, std::ios::binary);
+  std::stringstream text;
+  text << file.rdbuf();
+  return text.str();
+}
+
+// Where the cache in `directory` keeps `data`.
+std::string path_of(const std::string& directory, const std::string& data) {
+  std::string digest = kcoral::sha256_hex(data);
+  return directory + "/" + digest.substr(0, 2) + "/" + digest;
+}
+
+std::string open_error(const std::string& directory) {
+  auto cache = kcoral::DiskBlobCache::open(directory, 1 << 20);
+  REQUIRE_FALSE(cache.has_value());
+  return cache.error().message;
 }
 
 }  // namespace
@@ -101,6 +125,138 @@ TEST_CASE("a BlobStore over a disk cache finds there what memory lost") {
   CHECK(resolved->missing.empty());
   CHECK(resolved->blobs.at(kcoral::sha256_hex(data)).view() == data);
   CHECK(second.count() == 1);
+}
+
+TEST_CASE("a missing directory is made, mode 0700, and one of the server's own is made 0700") {
+  kcoral::test::TempDir dir;
+  std::string made = dir / "a/b/cache";
+  open_cache(made, 1 << 20);
+  CHECK((std::filesystem::status(made).permissions() & std::filesystem::perms::all) ==
+        std::filesystem::perms::owner_all);
+  REQUIRE(::chmod(made.c_str(), 0755) == 0);
+  open_cache(made, 1 << 20);
+  CHECK((std::filesystem::status(made).permissions() & std::filesystem::perms::all) ==
+        std::filesystem::perms::owner_all);
+}
+
+TEST_CASE("a directory of another owner is refused, saying what to do") {
+  kcoral::test::TempDir dir;
+  std::string theirs = dir / "theirs";
+  std::filesystem::create_directory(theirs);
+  if (::chown(theirs.c_str(), 65534, 65534) != 0) {
+    MESSAGE("not run: giving a directory to uid 65534 needs root");
+    return;
+  }
+  std::string message = open_error(theirs);
+  CHECK(message.find("belongs to uid 65534") != std::string::npos);
+  CHECK(message.find("chown") != std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(theirs + "/tmp"));  // nothing made in it either
+}
+
+TEST_CASE("a directory its group or others may write to is refused, saying what to do") {
+  kcoral::test::TempDir dir;
+  for (mode_t mode : {0777, 0770, 0702}) {
+    CAPTURE(mode);
+    std::string shared = dir / ("shared-" + std::to_string(mode));
+    std::filesystem::create_directory(shared);
+    REQUIRE(::chmod(shared.c_str(), mode) == 0);
+    std::string message = open_error(shared);
+    CHECK(message.find("writable by its group or by others") != std::string::npos);
+    CHECK(message.find("chmod 700 " + shared) != std::string::npos);
+  }
+}
+
+TEST_CASE("a link planted under a digest's name is not read, whatever it points at") {
+  kcoral::test::TempDir dir;
+  std::string cache_dir = dir / "cache";
+  std::string data = "the right bytes";
+  std::string digest = kcoral::sha256_hex(data);
+  std::string outside = dir / "outside";
+  std::ofstream(outside) << data;
+  {
+    // A kept blob's file swapped for a link to the same bytes.
+    auto cache = open_cache(cache_dir, 1 << 20);
+    store(*cache, data);
+    REQUIRE(cache->count() == 1);
+    std::filesystem::remove(path_of(cache_dir, data));
+    std::filesystem::create_symlink(outside, path_of(cache_dir, data));
+    CHECK_FALSE(cache->load(digest).has_value());
+    CHECK(cache->count() == 0);
+    CHECK_FALSE(std::filesystem::is_symlink(path_of(cache_dir, data)));  // the link went
+    CHECK(read_text(outside) == data);                                  // not its target
+  }
+  {
+    // Links found at open: to /etc/passwd under its own digest, and a digest's directory
+    // that is a link to one holding the right bytes.
+    std::string passwd = read_text("/etc/passwd");
+    std::string passwd_digest = kcoral::sha256_hex(passwd);
+    std::filesystem::create_directories(cache_dir + "/" + passwd_digest.substr(0, 2));
+    std::filesystem::create_symlink("/etc/passwd", path_of(cache_dir, passwd));
+    std::string elsewhere = dir / "elsewhere";
+    std::filesystem::create_directory(elsewhere);
+    std::ofstream(elsewhere + "/" + digest) << data;
+    std::filesystem::remove_all(cache_dir + "/" + digest.substr(0, 2));
+    std::filesystem::create_directory_symlink(elsewhere, cache_dir + "/" + digest.substr(0, 2));
+    auto cache = open_cache(cache_dir, 1 << 20);
+    CHECK(cache->count() == 0);
+    CHECK_FALSE(cache->load(passwd_digest).has_value());
+    CHECK_FALSE(cache->load(digest).has_value());
+    CHECK(read_text("/etc/passwd") == passwd);
+    CHECK(read_text(elsewhere + "/" + digest) == data);
+  }
+}
+
+TEST_CASE("nothing is written through a planted link") {
+  kcoral::test::TempDir dir;
+  std::string cache_dir = dir / "cache";
+  auto cache = open_cache(cache_dir, 1 << 20);
+  // A link under the digest's name is replaced by the blob's file, its target untouched.
+  std::string data = "stored over a link";
+  std::string victim = dir / "victim";
+  std::ofstream(victim) << "victim's own bytes";
+  std::filesystem::create_directories(std::filesystem::path(path_of(cache_dir, data)).parent_path());
+  std::filesystem::create_symlink(victim, path_of(cache_dir, data));
+  store(*cache, data);
+  CHECK(read_text(victim) == "victim's own bytes");
+  CHECK_FALSE(std::filesystem::is_symlink(path_of(cache_dir, data)));
+  auto blob = cache->load(kcoral::sha256_hex(data));
+  REQUIRE(blob.has_value());
+  CHECK(blob->view() == data);
+  // A digest's directory that is a link: the blob is not kept, and nothing lands there.
+  std::string other = "stored under a linked directory";
+  std::string elsewhere = dir / "elsewhere";
+  std::filesystem::create_directory(elsewhere);
+  std::string prefix = cache_dir + "/" + kcoral::sha256_hex(other).substr(0, 2);
+  std::filesystem::remove_all(prefix);
+  std::filesystem::create_directory_symlink(elsewhere, prefix);
+  store(*cache, other);
+  CHECK(std::filesystem::is_empty(elsewhere));
+  CHECK_FALSE(cache->load(kcoral::sha256_hex(other)).has_value());
+  CHECK(cache->count() == 1);
+}
+
+TEST_CASE("a FIFO under a digest's name counts as missing and is never opened") {
+  kcoral::test::TempDir dir;
+  auto cache = open_cache(dir.path(), 1 << 20);
+  std::string data = "swapped for a FIFO";
+  store(*cache, data);
+  std::filesystem::remove(path_of(dir.path(), data));
+  REQUIRE(::mkfifo(path_of(dir.path(), data).c_str(), 0600) == 0);
+  CHECK_FALSE(cache->load(kcoral::sha256_hex(data)).has_value());  // returns: no reader blocked on it
+  CHECK(cache->count() == 0);
+}
+
+TEST_CASE("a tmp that is a link is refused, and what it points at is not emptied") {
+  kcoral::test::TempDir dir;
+  std::string cache_dir = dir / "cache";
+  std::filesystem::create_directory(cache_dir);
+  REQUIRE(::chmod(cache_dir.c_str(), 0700) == 0);
+  std::string elsewhere = dir / "elsewhere";
+  std::filesystem::create_directory(elsewhere);
+  std::ofstream(elsewhere + "/precious") << "kept";
+  std::filesystem::create_directory_symlink(elsewhere, cache_dir + "/tmp");
+  CHECK(open_error(cache_dir).find("not a link") != std::string::npos);
+  CHECK(read_text(elsewhere + "/precious") == "kept");
 }
 
 }  // TEST_SUITE

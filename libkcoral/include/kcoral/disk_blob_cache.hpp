@@ -9,6 +9,13 @@
 // files' modification times (touched on each use). Blobs over a quarter of the budget are
 // not kept. Thread-safe.
 //
+// Whoever can write to the directory could plant links in it and have the server write
+// (or read) where they choose, so open refuses a directory not owned by the server's
+// effective uid or writable by its group or others. Every file under it is then reached
+// from a descriptor of the directory held open, one component at a time and never through
+// a symbolic link; anything but a regular file under a digest's name is never opened and
+// counts as absent.
+//
 //   auto disk = kcoral::DiskBlobCache::open("/var/cache/kcoral", 16ull << 30);
 //   (*disk)->store(digest, blob);            // queued
 //   std::optional<Blob> again = (*disk)->load(digest);
@@ -28,6 +35,7 @@
 
 #include "kcoral/blob.hpp"
 #include "kcoral/error.hpp"
+#include "kcoral/unique_fd.hpp"
 
 namespace kcoral {
 
@@ -54,15 +62,17 @@ class DiskBlobCache {
     std::uint64_t bytes = 0;
     std::list<std::string>::iterator lru;  // front: most recent
   };
-  DiskBlobCache(std::string directory, std::uint64_t capacity_bytes);
+  DiskBlobCache(UniqueFd root, UniqueFd tmp, std::uint64_t capacity_bytes);
   void scan();
   void write_loop();
   void write(const std::string& digest, const Blob& blob);
   void evict_locked();
   void forget_locked(const std::string& digest);
-  [[nodiscard]] std::string path_of(const std::string& digest) const;
+  // DIR/ab of digest ab…, made first when `create`; invalid when it is not a directory.
+  [[nodiscard]] UniqueFd subdirectory(const std::string& digest, bool create) const;
 
-  const std::string directory_;
+  const UniqueFd root_;  // DIR
+  const UniqueFd tmp_;   // DIR/tmp, where files are written before their rename
   const std::uint64_t capacity_bytes_;
   mutable std::mutex mutex_;
   std::condition_variable changed_;
