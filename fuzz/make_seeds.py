@@ -14,6 +14,8 @@ the tests they come from:
   descriptors the message declares) followed by the frame's text;
 - ``returned_values_fuzzer``: the returned values of those frames and a few more, each
   after a byte (its number of result parts);
+- ``large_values_fuzzer``, ``large_frame_fuzzer``: recipes of large texts
+  (``fuzz/large_text.hpp``): nesting a million deep, megabyte numbers and strings, floods;
 - ``response_codec_fuzzer``: a few fixed pseudo-random inputs (FuzzedDataProvider gives
   them their structure).
 
@@ -184,6 +186,44 @@ def returned_values() -> dict[str, bytes]:
     return seeds
 
 
+# The pieces of fuzz/large_text.hpp, by their index there.
+PIECES = ["[", "]", '{"k":', "}", "7", "0", '"', "x", r"\u00e9", r"\ud83d\ude00", ",1", ",", ":", " ", "-",
+          ".", "e", "\n", '{"type":"array","value":[', "]}", '"part":"return:0"', '{"type":"bytes","part":"return:',
+          '"}', "true", "null", "\\"]
+
+
+def recipe(*steps: tuple[str, int]) -> bytes:
+    """The input of large_text.hpp that writes each piece the number of times given."""
+    out = bytearray()
+    for piece, times in steps:
+        what = PIECES.index(piece)
+        while times >= 1024:  # large steps: 1024 x up to 4095
+            count = min(times // 1024, 0xFFF)
+            out += bytes([what | 0xE0, count & 0xFF, 0xF0 | count >> 8])
+            times -= count * 1024
+        if times:
+            out += bytes([what, times & 0xFF, times >> 8])
+    return bytes(out)
+
+
+def large_recipes() -> dict[str, bytes]:
+    """The shapes of large inputs: nesting a million deep, megabyte numbers and strings,
+    floods of values, each as large_values_fuzzer and large_frame_fuzzer read them."""
+    open_k, close = ('{"k":', 1), ("}", 1)
+    million = 1 << 20
+    return {
+        "deep-arrays": recipe(open_k, ("[", million), ("]", million), close),
+        "deep-typed-tree": recipe(open_k, ('{"type":"array","value":[', 200_000), ("]}", 200_000), close),
+        "deep-unclosed": recipe(('{"k":', million)),
+        "megabyte-integer": recipe(open_k, ("-", 1), ("7", million), close),
+        "megabyte-fraction": recipe(open_k, ("0", 1), (".", 1), ("7", million), ("e", 1), ("-", 1), ("7", million), close),
+        "long-string": recipe(open_k, ('"', 1), ("x", 3 * million), ('"', 1), close),
+        "escapes": recipe(open_k, ('"', 1), (r"\u00e9", million), (r"\ud83d\ude00", 100_000), ('"', 1), close),
+        "flood": recipe(open_k, ("[", 1), ("0", 1), (",1", million + 1000), ("]", 1), close),
+        "parts": recipe(open_k, ("[", 1), ('{"type":"bytes","part":"return:', 1), ("0", 1), ('"}', 1), ("]", 1), close),
+    }
+
+
 def write(folder: Path, seeds: dict[str, bytes]) -> None:
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
@@ -206,6 +246,10 @@ def main() -> None:
     write(out / "program_fuzzer", programs | test_programs())
     write(out / "wire_decode_fuzzer", frames())
     write(out / "returned_values_fuzzer", returned_values())
+    write(out / "large_values_fuzzer", {name: bytes([1 if name == "parts" else 0]) + data
+                                        for name, data in large_recipes().items()})
+    write(out / "large_frame_fuzzer", {f"{name}.{where}": bytes([where]) + data
+                                       for name, data in large_recipes().items() for where in range(4)})
     write(out / "response_codec_fuzzer",
           {f"random.{i}": generator.randbytes(64 << (i % 7)) for i in range(16)})
     counts = {folder.name: len(list(folder.iterdir())) for folder in sorted(out.iterdir()) if folder.is_dir()}

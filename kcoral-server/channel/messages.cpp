@@ -12,6 +12,10 @@ namespace {
 
 using Json = nlohmann::json;
 
+// The values of one message, keys included: room for a result's part table at its largest,
+// or for a program's blob table (four values a blob).
+constexpr std::size_t kMaxValues = 2 * kMaxResultParts;
+
 template <class T, class M>
 struct Field {
   std::string_view name;
@@ -106,22 +110,22 @@ Json to_json(const T& value) {
 
 using Problem = std::string;  // empty: fine
 
-Problem read(const Json& json, std::string& out) {
+Problem read(Json& json, std::string& out) {
   if (!json.is_string()) return "must be a string";
-  out = json.get<std::string>();
+  out = std::move(json.get_ref<std::string&>());  // not copied: a text may be most of the frame
   return {};
 }
-Problem read(const Json& json, bool& out) {
+Problem read(Json& json, bool& out) {
   if (!json.is_boolean()) return "must be true or false";
   out = json.get<bool>();
   return {};
 }
-Problem read(const Json& json, std::uint64_t& out) {
+Problem read(Json& json, std::uint64_t& out) {
   if (!json.is_number_unsigned()) return "must be a non-negative integer";
   out = json.get<std::uint64_t>();
   return {};
 }
-Problem read(const Json& json, std::int64_t& out) {
+Problem read(Json& json, std::int64_t& out) {
   if (json.is_number_unsigned()) {
     if (json.get<std::uint64_t>() > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
       return "is out of range";
@@ -131,32 +135,32 @@ Problem read(const Json& json, std::int64_t& out) {
   out = json.get<std::int64_t>();
   return {};
 }
-Problem read(const Json& json, double& out) {
+Problem read(Json& json, double& out) {
   if (!json.is_number()) return "must be a number";
   out = json.get<double>();
   return {};
 }
 template <class E>
-Problem read(const Json& json, std::vector<E>& out) {
+Problem read(Json& json, std::vector<E>& out) {
   if (!json.is_array()) return "must be an array";
   out.resize(json.size());
   for (std::size_t i = 0; i < json.size(); ++i)
     if (Problem problem = read(json[i], out[i]); !problem.empty()) return "[" + std::to_string(i) + "] " + problem;
   return {};
 }
-Problem read(const Json& json, std::map<std::string, std::string>& out) {
+Problem read(Json& json, std::map<std::string, std::string>& out) {
   if (!json.is_object()) return "must be an object";
-  for (const auto& [key, value] : json.items()) {
+  for (auto&& [key, value] : json.items()) {
     if (!value.is_string()) return "'" + key + "' must be a string";
-    out.emplace(key, value.get<std::string>());
+    out.emplace(key, std::move(value.get_ref<std::string&>()));
   }
   return {};
 }
 
 template <class T>
-Problem read_fields(const Json& json, T& out, std::size_t other_keys);
+Problem read_fields(Json& json, T& out, std::size_t other_keys);
 
-Problem read(const Json& json, ErrorDetail& out) {
+Problem read(Json& json, ErrorDetail& out) {
   if (!json.is_object()) return "must be an object";
   return read_fields(json, out, 0);
 }
@@ -164,7 +168,7 @@ Problem read(const Json& json, ErrorDetail& out) {
 // Reads every field of T from `json`, an object that also holds `other_keys` keys that are
 // not T's ("type" at the top level); anything else in it is an unknown field.
 template <class T>
-Problem read_fields(const Json& json, T& out, std::size_t other_keys) {
+Problem read_fields(Json& json, T& out, std::size_t other_keys) {
   Problem problem;
   std::size_t found = 0;
   std::apply(
@@ -195,7 +199,7 @@ Problem read_fields(const Json& json, T& out, std::size_t other_keys) {
 }
 
 template <std::size_t I = 0>
-kcoral::Result<Message> decode_alternative(std::size_t index, const Json& json) {
+kcoral::Result<Message> decode_alternative(std::size_t index, Json& json) {
   if constexpr (I == std::variant_size_v<Message>) {
     return fail(ErrorKind::engine, "unreachable");
   } else {
@@ -227,7 +231,21 @@ std::string encode(const Message& message) {
 }
 
 kcoral::Result<Message> decode(std::string_view text, std::size_t descriptors) {
-  Json json = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+  // A message is an object of fields, arrays and one object of fields (an error) at most;
+  // what is deeper or more numerous is dropped as it is parsed, so that no frame costs the
+  // receiver more than its text plus a bounded tree, and then refused.
+  bool too_big = false;
+  std::size_t values = 0;
+  auto bounded = [&](int depth, Json::parse_event_t event, Json&) {
+    bool opens = event == Json::parse_event_t::object_start || event == Json::parse_event_t::array_start;
+    bool counted = event == Json::parse_event_t::value || event == Json::parse_event_t::key;
+    if ((opens && depth > 1) || (counted && ++values > kMaxValues)) too_big = true;
+    return !too_big;
+  };
+  Json json = Json::parse(text, bounded, /*allow_exceptions=*/false);
+  if (too_big)
+    return fail(ErrorKind::engine, "a channel message nested deeper than its fields or with more than " +
+                                       std::to_string(kMaxValues) + " values");
   if (!json.is_object()) return fail(ErrorKind::engine, "a channel message is not a JSON object");
   auto type = json.find("type");
   if (type == json.end() || !type->is_string()) return fail(ErrorKind::engine, "a channel message has no type");

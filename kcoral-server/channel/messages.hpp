@@ -102,6 +102,9 @@ struct ErrorDetail {
   std::optional<std::string> cuda_call;
   std::optional<std::string> location;
 };
+// The most binary parts one result carries (the worker's encoder refuses more, as a
+// `serialization` error of the return that would pass it).
+inline constexpr std::size_t kMaxResultParts = std::size_t{1} << 20;
 // worker -> front: the program's result. Descriptor, when `part_sizes` is not empty: one
 // sealed memfd holding the binary parts back to back, in order, and nothing else.
 struct Result {
@@ -130,7 +133,9 @@ inline constexpr std::array<std::string_view, std::variant_size_v<Message>> kNam
 
 // The frame text of a message.
 [[nodiscard]] std::string encode(const Message& message);
-// Parses a frame text carrying `descriptors` descriptors, strictly (see above).
+// Parses a frame text carrying `descriptors` descriptors, strictly (see above), in time
+// linear in the text and memory bounded by it: nesting past a message's own and more than
+// a few million values are refused as they are read.
 [[nodiscard]] kcoral::Result<Message> decode(std::string_view text, std::size_t descriptors);
 
 // Sends a message with its descriptors (their count must be the message's).

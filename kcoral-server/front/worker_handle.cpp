@@ -10,7 +10,6 @@
 #include <numeric>
 #include <vector>
 
-#include "returned_values.hpp"
 
 namespace kcoral {
 namespace {
@@ -195,6 +194,16 @@ void WorkerHandle::on_failed(const std::string& message) {
 
 void WorkerHandle::on_result(wire::Result message, std::vector<UniqueFd> fds) {
   if (state_ != State::running) return violation("'result' without a job");
+  if (auto checked = check_returned_values(message.results, message.part_sizes.size()); !checked) {
+    if (checked.error().error.kind != ErrorKind::serialization) return violation(checked.error().error.message);
+    // Deeper than the worker's own encoder lets values nest: a worker that sends this runs
+    // no other program.
+    std::fprintf(stderr, "kcoral-server: worker %d sent returned values nested too deep; killed\n",
+                 static_cast<int>(pid_));
+    kill_tree();
+    finish(too_deep(checked.error(), std::move(message)));
+    return let_go();
+  }
   bool continues = message.continues;
   auto result = decode_result(std::move(message), std::move(fds));
   if (!result) return violation(result.error().message);
@@ -205,9 +214,33 @@ void WorkerHandle::on_result(wire::Result message, std::vector<UniqueFd> fds) {
   if (!recycle) let_go();
 }
 
+// The program fails at the return whose values were too deep (the last instruction when
+// the worker named no return of the program), with every returned value dropped.
+ProgramResult WorkerHandle::too_deep(const ReturnedValuesRefusal& refusal, wire::Result message) const {
+  const auto& instructions = job_->program.instructions();
+  std::size_t index = instructions.size() - 1;
+  for (std::size_t i = 0; i < instructions.size(); ++i) {
+    const auto* value = std::get_if<ReturnValue>(&instructions[i]);
+    const auto* path = std::get_if<ReturnPath>(&instructions[i]);
+    if ((value != nullptr && value->key == refusal.key) || (path != nullptr && path->key == refusal.key)) index = i;
+  }
+  ProgramResult result;
+  result.stdout_output = {std::move(message.stdout_text), message.stdout_truncated};
+  result.stderr_output = {std::move(message.stderr_text), message.stderr_truncated};
+  result.elapsed_ms = message.elapsed_ms;
+  InstructionError error;
+  error.kind = ErrorKind::serialization;
+  error.message = "return '" + refusal.key.substr(0, 200) + "': " + refusal.error.message;
+  error.instruction_index = index;
+  error.instruction_op = op_name(instructions[index]);
+  if (auto id = instruction_id(instructions[index])) error.instruction_id = std::string(*id);
+  result.error = std::move(error);
+  return result;
+}
+
 Result<ProgramResult> WorkerHandle::decode_result(wire::Result message, std::vector<UniqueFd> fds) const {
-  if (auto checked = check_returned_values(message.results, message.part_sizes.size()); !checked)
-    return std::unexpected(checked.error());
+  if (message.part_sizes.size() > wire::kMaxResultParts)
+    return fail(ErrorKind::engine, "a result with more than " + std::to_string(wire::kMaxResultParts) + " parts");
   ProgramResult result;
   result.results_json = std::move(message.results);
   result.stdout_output = {std::move(message.stdout_text), message.stdout_truncated};

@@ -12,8 +12,11 @@
 // job runs, say), a progress index outside the program or going back, a lease asked for
 // twice or given back unheld, more messages than the program can explain, or result
 // parts that are not one sealed memfd of the declared size within the job's binary limit
-// (checked by fstat before mapping). The worker's process tree is killed and its job, if
-// any, fails with `engine`; nothing it sent reaches another job. The deadline stops while
+// (checked by fstat before mapping), or returned values that are not one JSON object
+// naming each part once (returned_values.hpp). The worker's process tree is killed and its
+// job, if any, fails with `engine`; nothing it sent reaches another job. Returned values
+// nested deeper than the protocol carries kill the worker too, and fail its program with
+// `serialization` at that return. The deadline stops while
 // the program waits for the GPU lease (lease waiting is not the program's time).
 // Used on the pool's strand only; lives as long as its pending operations.
 #pragma once
@@ -34,6 +37,7 @@
 #include "execute_job.hpp"
 #include "lease_broker.hpp"
 #include "messages.hpp"
+#include "returned_values.hpp"
 
 namespace kcoral {
 
@@ -95,6 +99,7 @@ class WorkerHandle : public std::enable_shared_from_this<WorkerHandle> {
   void on_result(wire::Result result, std::vector<UniqueFd> fds);
   void on_failed(const std::string& message);
   Result<ProgramResult> decode_result(wire::Result result, std::vector<UniqueFd> fds) const;
+  ProgramResult too_deep(const ReturnedValuesRefusal& refusal, wire::Result message) const;
   void send_grant();
   void violation(const std::string& why);
   void channel_closed();

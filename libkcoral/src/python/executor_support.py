@@ -22,7 +22,15 @@ _ITEM_SIZES = {
     "int32": 4, "float32": 4, "int64": 8, "float64": 8,
 }
 _EXTENDED_DTYPES = ("bfloat16", "float8_e4m3fn", "float8_e5m2")
+# What one response carries, as the server's front checks it too: containers nested at most
+# this deep (kMaxReturnedValueDepth), at most this many binary values (kMaxResultParts), and
+# integers of at most this many digits (Python's own default for int <-> str, which the
+# client's reader keeps, so a program that lifts it in its own process still gets results
+# every client can read).
 _MAX_DEPTH = 256
+_MAX_PARTS = 1 << 20
+_MAX_INT_DIGITS = 4300
+_INT_BOUND = 10**_MAX_INT_DIGITS
 # Bound when the worker starts, before any uploaded code runs: a program that replaces
 # json.dumps or hashlib.sha256 must not change how its results are encoded.
 _ENCODE_JSON = _JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
@@ -157,6 +165,11 @@ class _Encoder:
                 f"{where}: returning {data.nbytes} more bytes would exceed the server's "
                 "response limit"
             )
+        if self.next_part >= _MAX_PARTS:
+            raise SerializationError(
+                f"{where}: a response carries at most {_MAX_PARTS} binary values (bytes, "
+                "tensors, files); return fewer, larger ones"
+            )
         self.budget_bytes -= data.nbytes
         self.parts.append(data)
         node = {"type": kind, "part": f"return:{self.next_part}",
@@ -172,6 +185,11 @@ class _Encoder:
         if isinstance(value, bool):
             return {"type": "boolean", "value": bool(value)}
         if isinstance(value, int):
+            if not -_INT_BOUND < value < _INT_BOUND:
+                raise SerializationError(
+                    f"{where}: cannot return an integer of more than {_MAX_INT_DIGITS} digits; "
+                    "return str(n) or its bytes instead"
+                )
             return {"type": "integer", "value": int(value)}
         if isinstance(value, float):
             if not _isfinite(value):

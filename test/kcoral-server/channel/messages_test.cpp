@@ -144,6 +144,31 @@ TEST_CASE("an unknown field is refused, at the top and inside the error") {
   CHECK(refusal(text).find("'error' has a field it does not define") != std::string::npos);
 }
 
+TEST_CASE("nesting past a message's own and floods of values are refused as they are read") {
+  // A field nested a million deep, or a part table of millions of entries, in frames a
+  // hostile worker can send: refused without a tree of their size (nor recursion).
+  const std::string result_head = R"({"type":"result","continues":false,"results":"{}","stdout":"",)"
+                                  R"("stdout_truncated":false,"stderr":"","stderr_truncated":false,"elapsed_ms":0,)";
+  for (std::string text : {R"({"type":"progress","index":)" + std::string(1000000, '[') + std::string(1000000, ']') + "}",
+                           std::string(R"({"type":"failed","message":{"a":{"b":"c"}}})"),
+                           result_head + R"("part_sizes":[[1]]})",
+                           result_head + R"("part_sizes":[)" + [] {
+                             std::string many = "0";
+                             for (std::size_t i = 0; i < 2 * wire::kMaxResultParts; ++i) many += ",0";
+                             return many;
+                           }() + "]}"}) {
+    CAPTURE(text.substr(0, 60));
+    auto decoded = wire::decode(text, 0);
+    REQUIRE_FALSE(decoded.has_value());
+    CHECK(decoded.error().message.find("nested deeper than its fields or with more than") != std::string::npos);
+  }
+  // The error object is as deep as a message goes.
+  auto failed = wire::decode(result_head + R"("part_sizes":[],"error":{"kind":"runtime","message":"m","index":0,)"
+                                           R"("op":"run","traceback":""}})",
+                             0);
+  CHECK(failed.has_value());
+}
+
 TEST_CASE("a message with other than its own descriptors is refused") {
   CHECK(refusal(R"({"type":"ready"})", 1) == "a 'ready' message came with 1 descriptors instead of 0");
   CHECK(refusal(R"({"type":"blobs","digests":["a","b"],"files":[0,1],"offsets":[0,0],"sizes":[1,1],"file_count":2})", 1).find("instead of 2") != std::string::npos);

@@ -70,7 +70,7 @@ struct Harness {
   bool gone = false;
   std::optional<kcoral::JobOutcome> outcome;
 
-  explicit Harness(std::size_t programs = 1) {
+  explicit Harness(std::size_t programs = 1, std::size_t max_message_bytes = 1 << 20) {
     process = ::fork();
     if (process == 0) {
       ::setsid();
@@ -85,7 +85,7 @@ struct Harness {
                                 [this](const kcoral::WorkerPtr&) { gone = true; },
                                 [](pid_t) { return std::optional<std::string>("other-request"); }};
     handle = std::make_shared<WorkerHandle>(strand, process, 0, std::move(pair->first), leases, events,
-                                            WorkerHandle::Limits{1 << 20, programs});
+                                            WorkerHandle::Limits{max_message_bytes, programs});
     handle->start();
   }
   ~Harness() {
@@ -347,15 +347,35 @@ TEST_CASE("results that are not what they claim kill the worker") {
       result.results = results;
       h.send(result, {parts.get()});
       CHECK(h.engine_error().find("part") != std::string::npos);
+      CHECK(h.engine_error().find("not valid JSON") == std::string::npos);
     }
   }
-  SUBCASE("returned values nested a million deep are refused without recursion") {
-    Harness h;
-    h.take(make_job());
-    wire::Result result = completed();
-    result.results = R"({"a":)" + std::string(1000000, '[') + std::string(1000000, ']') + "}";
-    h.send(result);
-    CHECK_FALSE(h.engine_error().empty());
+  SUBCASE("returned values nested a million deep fail the program (serialization), and the worker goes") {
+    for (std::string value : {std::string(1000000, '[') + std::string(1000000, ']'),
+                              [] {  // the typed tree's own shape, as a patched encoder would send it
+                                std::string deep;
+                                for (int i = 0; i < 200000; ++i) deep += R"({"type":"array","value":[)";
+                                for (int i = 0; i < 200000; ++i) deep += "]}";
+                                return deep;
+                              }()}) {
+      Harness h(1, std::size_t{64} << 20);
+      h.take(make_job());
+      wire::Result result = completed();
+      result.continues = true;  // a worker that would take another program: not after this
+      result.results = R"({"out":)" + value + "}";
+      h.send(result);
+      REQUIRE(h.pump([&] { return h.outcome.has_value() && h.gone; }));
+      REQUIRE(h.outcome->result.has_value());
+      const auto& error = h.outcome->result->error;
+      REQUIRE(error.has_value());
+      CHECK(error->kind == kcoral::ErrorKind::serialization);
+      CHECK(error->instruction_index == 3);
+      CHECK(error->instruction_op == "return");
+      CHECK(error->message.find("return 'out': returned values nested deeper than 256 levels") != std::string::npos);
+      CHECK(h.outcome->result->results_json == "{}");
+      CHECK(h.outcome->result->stdout_output.text == "printed");
+      CHECK(h.killed());
+    }
   }
   SUBCASE("declared sizes over the limit that overflow when added") {
     Harness h;

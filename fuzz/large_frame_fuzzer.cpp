@@ -1,0 +1,40 @@
+// Fuzz target: wire::decode (kcoral-server/channel/messages.cpp) on large frames
+// (large_text.hpp): frames of megabytes, as the text of a frame and as the text fields of a
+// result, nesting a million deep and floods of values among them. It must decode each in
+// time and memory linear in the frame (libFuzzer's -rss_limit_mb catches a frame that
+// costs a tree of its size), without recursion; an accepted message re-encodes to a frame
+// that decodes again.
+//
+// Input: one byte choosing where the text goes, then the recipe of the text.
+#include <cstddef>
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "invariant.hpp"
+#include "large_text.hpp"
+#include "messages.hpp"
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  if (size == 0) return 0;
+  std::string text = kcoral::fuzz::large_text(data + 1, size - 1);
+  std::string frame;
+  switch (data[0] % 4) {
+    case 0: frame = text; break;  // the frame itself
+    case 1: frame = R"({"type":"progress","index":)" + text + "}"; break;
+    default: {  // a result whose returned values (or output) are the text, quoted as JSON
+      std::string quoted = nlohmann::json(text).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+      frame = std::string(R"({"type":"result","continues":false,"results":)") +
+              (data[0] % 4 == 2 ? quoted : "\"{}\"") + R"(,"stdout":)" + (data[0] % 4 == 3 ? quoted : "\"\"") +
+              R"(,"stdout_truncated":false,"stderr":"","stderr_truncated":false,"elapsed_ms":0,"part_sizes":[]})";
+    }
+  }
+  auto message = kcoral::wire::decode(frame, 0);
+  if (!message) {
+    KCORAL_INVARIANT(message.error().kind == kcoral::ErrorKind::engine);
+    return 0;
+  }
+  auto again = kcoral::wire::decode(kcoral::wire::encode(*message), 0);
+  KCORAL_INVARIANT(again.has_value() && again->index() == message->index());
+  return 0;
+}
