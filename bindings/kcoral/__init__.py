@@ -12,6 +12,7 @@ from kcoral._client import Client
 from kcoral._errors import (
     CompileFailed,
     CorrectnessFailed,
+    DeadlineExceeded,
     EngineError,
     EngineFailed,
     ExecutionTimeout,
@@ -46,6 +47,7 @@ __all__ = [
     "Client",
     "CompileFailed",
     "CorrectnessFailed",
+    "DeadlineExceeded",
     "EngineError",
     "EngineFailed",
     "ExecutionTimeout",

@@ -4,10 +4,15 @@ The server caches uploaded blobs by SHA-256, so a program is first sent without 
 the server misses some, it says which and runs nothing; the client then sends those, and
 after a second miss (the cache may have evicted others meanwhile) every blob. A third
 miss means the server is not keeping its side of the protocol.
+
+Everything the server sends is read as if an attacker wrote it: an answer is read only up
+to a size limit once decoded (see ``_body.py``), and a whole call ends by one deadline,
+every attempt and every byte included (see ``_deadline.py``).
 """
 
 from __future__ import annotations
 
+import math
 import os
 import uuid
 from collections.abc import Callable, Sequence
@@ -16,8 +21,10 @@ from typing import Any, ParamSpec, overload
 
 import httpx
 
+from kcoral._body import ACCEPT_ENCODING, read_body
 from kcoral._codec import loads_json
-from kcoral._errors import ProtocolError, TransportError
+from kcoral._deadline import Deadline, DeadlineTransport, within
+from kcoral._errors import DeadlineExceeded, ProtocolError, TransportError
 from kcoral._program import Program
 from kcoral._remote import RemoteFunction
 from kcoral._result import CacheMiss, ProgramResult, decode_response, error_from_response
@@ -31,6 +38,22 @@ P = ParamSpec("P")
 READ_TIMEOUT_MARGIN_SECONDS = 60.0
 # /health does no work worth waiting for; a server silent this long is not healthy.
 HEALTH_READ_TIMEOUT_SECONDS = 60.0
+# The server's default --max-timeout-seconds: the longest a program runs there when it
+# asks for no timeout (or for more), unless the server was started with a larger maximum.
+SERVER_MAX_TIMEOUT_SECONDS = 900.0
+# A call's default deadline is its read timeout (as above; with neither timeout given,
+# SERVER_MAX_TIMEOUT_SECONDS + the margin) plus this, for connecting, the upload, the cache
+# negotiation's extra round trips and the answer's transfer.
+DEADLINE_MARGIN_SECONDS = 60.0
+# The largest answer the server sends with its default limits: 256 MiB of returned values
+# (--max-response-bytes), up to 16 MiB each of stdout and stderr (--max-output-limit-bytes),
+# and room for the JSON around them. Raise it with Client(max_response_bytes=...) for a
+# server whose limits are raised.
+MAX_RESPONSE_BYTES = 320 << 20
+# /health answers a small JSON object; error answers a small JSON object or a proxy's page,
+# of which no more than this is kept.
+HEALTH_MAX_RESPONSE_BYTES = 1 << 20
+ERROR_BODY_BYTES = 1 << 20
 
 
 class Client:
@@ -45,11 +68,26 @@ class Client:
     for a server started with ``--token-file``; without it such a server answers 401
     (:class:`Unauthorized`) to everything but ``health``.
     ``headers`` are sent with every request. ``connect_timeout_seconds`` bounds opening a
-    connection. ``read_timeout_seconds`` bounds waiting for a response; left as ``None``,
-    ``execute`` waits ``timeout_seconds + 60`` when given a timeout and indefinitely
-    otherwise, and ``health`` waits 60 seconds. Connections are kept alive between calls.
-    The Client keeps no per-call state of its own, so sharing one between threads is as
-    safe as sharing the ``httpx.Client`` it owns.
+    connection. ``read_timeout_seconds`` bounds each wait for the server; left as ``None``,
+    ``execute`` waits ``timeout_seconds + 60`` when given a timeout and as long as its
+    deadline allows otherwise, and ``health`` waits 60 seconds.
+
+    ``deadline_seconds`` bounds each call as a whole: every attempt of the blob negotiation
+    and every byte of every answer, however slowly the server sends them; past it the call
+    raises :class:`DeadlineExceeded`. Left as ``None``, an ``execute`` call's deadline is its
+    read timeout plus 60 seconds: ``timeout_seconds + 120``, or 1020 seconds without a
+    timeout (the server runs a program for at most 900 seconds by default), or
+    ``read_timeout_seconds + 60``; a ``health`` call's is its read timeout. Raise it for
+    large uploads on a slow link. ``max_response_bytes`` (default 320 MiB: the server's
+    default limits, 256 MiB of returned values and 16 MiB per captured stream, with room
+    to spare) bounds an answer once decoded; a larger one raises :class:`ProtocolError`.
+    ``/health`` answers are bounded to 1 MiB.
+
+    ``transport`` replaces the HTTP transport (``httpx.MockTransport`` in tests, say); the
+    default one keeps the deadline in every socket operation, while one of your own keeps
+    it only between the pieces of an answer it delivers. Connections are kept alive between
+    calls. The Client keeps no per-call state of its own, so sharing one between threads is
+    as safe as sharing the ``httpx.Client`` it owns.
     """
 
     def __init__(
@@ -59,18 +97,36 @@ class Client:
         headers: dict[str, str] | None = None,
         connect_timeout_seconds: float = 10.0,
         read_timeout_seconds: float | None = None,
+        deadline_seconds: float | None = None,
+        max_response_bytes: int = MAX_RESPONSE_BYTES,
         token: str | None = None,
+        transport: httpx.BaseTransport | None = None,
     ) -> None:
+        if deadline_seconds is not None and not (
+            math.isfinite(deadline_seconds) and deadline_seconds > 0
+        ):
+            raise ValueError(f"deadline_seconds must be a positive number, not {deadline_seconds}")
+        if isinstance(max_response_bytes, bool) or not (
+            isinstance(max_response_bytes, int) and max_response_bytes > 0
+        ):
+            raise ValueError(
+                f"max_response_bytes must be a positive int, not {max_response_bytes!r}"
+            )
         self._connect_timeout_seconds = connect_timeout_seconds
         self._read_timeout_seconds = read_timeout_seconds
+        self._deadline_seconds = deadline_seconds
+        self._max_response_bytes = max_response_bytes
         all_headers = dict(headers or {})
         token = token if token is not None else os.environ.get("KCORAL_TOKEN") or None
         if token is not None:
             all_headers["Authorization"] = f"Bearer {token}"
+        # Only codings the client decodes itself, within its limit (see _body.py).
+        all_headers["Accept-Encoding"] = ACCEPT_ENCODING
+        url = httpx.URL(base_url.rstrip("/"))
         self._http = httpx.Client(
-            base_url=base_url.rstrip("/"),
+            base_url=url,
             headers=all_headers,
-            timeout=self._timeout(read_timeout_seconds),
+            transport=transport if transport is not None else DeadlineTransport(url),
         )
 
     def __enter__(self) -> Client:
@@ -103,8 +159,9 @@ class Client:
         ``result.completed`` or call ``result.raise_for_error()``.
 
         Raises ServerError (a subclass per error kind) when the server refuses or cannot
-        finish the request, TransportError when no response arrives, and ProtocolError
-        when the response breaks the protocol.
+        finish the request, TransportError when no response arrives (DeadlineExceeded when
+        none is complete by the call's deadline, see :class:`Client`), and ProtocolError
+        when the response breaks the protocol or passes ``max_response_bytes``.
         """
         if not isinstance(program, Program):
             raise TypeError(f"execute takes a Program, not {type(program).__name__}")
@@ -114,6 +171,11 @@ class Client:
             read_timeout = timeout_seconds + READ_TIMEOUT_MARGIN_SECONDS
         else:
             read_timeout = None
+        if self._deadline_seconds is not None:
+            deadline = Deadline.after(self._deadline_seconds)
+        else:
+            longest_wait = read_timeout or SERVER_MAX_TIMEOUT_SECONDS + READ_TIMEOUT_MARGIN_SECONDS
+            deadline = Deadline.after(longest_wait + DEADLINE_MARGIN_SECONDS)
         # One id for the whole negotiation, so the server's logs tie the attempts together.
         request_id = str(uuid.uuid4())
         all_blobs = set(program.blobs)
@@ -122,18 +184,17 @@ class Client:
             content_type, body = program.to_request(
                 attempts[-1], timeout_seconds=timeout_seconds, output_limit_bytes=output_limit_bytes
             )
-            response = self._send(
+            status_code, headers, answer = self._exchange(
                 "POST",
                 "/execute",
+                deadline,
+                read_timeout,
+                self._max_response_bytes,
                 content=body,
                 headers={"Content-Type": content_type, "X-Request-ID": request_id},
-                timeout=self._timeout(read_timeout),
             )
             outcome = decode_response(
-                response.status_code,
-                response.headers.get("content-type"),
-                response.content,
-                response.headers.get,
+                status_code, headers.get("content-type"), answer, headers.get
             )
             if isinstance(outcome, ProgramResult):
                 return outcome
@@ -204,19 +265,21 @@ class Client:
         Raises ServerError for an HTTP error and ProtocolError unless the server reports
         ``"status": "ok"``.
         """
-        response = self._send(
-            "GET",
-            "/health",
-            timeout=self._timeout(
-                HEALTH_READ_TIMEOUT_SECONDS
-                if self._read_timeout_seconds is None
-                else self._read_timeout_seconds
-            ),
+        read_timeout = (
+            HEALTH_READ_TIMEOUT_SECONDS
+            if self._read_timeout_seconds is None
+            else self._read_timeout_seconds
         )
-        if response.status_code != 200:
-            raise error_from_response(response.status_code, response.content, response.headers.get)
+        deadline = Deadline.after(
+            read_timeout if self._deadline_seconds is None else self._deadline_seconds
+        )
+        status_code, headers, body = self._exchange(
+            "GET", "/health", deadline, read_timeout, HEALTH_MAX_RESPONSE_BYTES
+        )
+        if status_code != 200:
+            raise error_from_response(status_code, body, headers.get)
         try:
-            document = loads_json(response.content)
+            document = loads_json(body)
         except ValueError as error:
             raise ProtocolError(f"/health did not answer JSON: {error}") from error
         if not isinstance(document, dict) or document.get("status") != "ok":
@@ -244,14 +307,56 @@ class Client:
             return all_blobs
         raise ProtocolError("the server still reports CACHE_MISS after receiving every blob")
 
-    def _timeout(self, read_seconds: float | None) -> httpx.Timeout:
-        # Writes and pool waits are unbounded: a large upload on a slow link is legitimate.
-        return httpx.Timeout(None, connect=self._connect_timeout_seconds, read=read_seconds)
+    def _exchange(
+        self,
+        method: str,
+        path: str,
+        deadline: Deadline,
+        read_seconds: float | None,
+        limit: int,
+        **kwargs: Any,
+    ) -> tuple[int, httpx.Headers, bytes]:
+        """One request and its whole answer, (status, headers, decoded body), by ``deadline``.
 
-    def _send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        The answer of a 200 may hold ``limit`` bytes; an error answer's first
+        ERROR_BODY_BYTES are kept, which is all that identifies it.
+        """
+        what = f"{method} {path}"
+        left = deadline.remaining()
+        if left <= 0:
+            raise DeadlineExceeded(f"{what}: the call's deadline of {deadline.seconds:g} s passed")
+        # Each wait is bounded by the time left as well: for a transport of the caller's,
+        # which does not keep the deadline in its socket operations, that bounds them.
+        timeout = httpx.Timeout(
+            None,
+            pool=left,
+            connect=min(self._connect_timeout_seconds, left),
+            read=left if read_seconds is None else min(read_seconds, left),
+            write=left,
+        )
         try:
-            return self._http.request(method, path, **kwargs)
-        except httpx.DecodingError as error:
-            raise ProtocolError(f"undecodable response body: {error}") from error
+            with within(deadline), self._http.stream(
+                method, path, timeout=timeout, **kwargs
+            ) as response:
+                ok = response.status_code == 200
+                body = read_body(
+                    response,
+                    limit if ok else ERROR_BODY_BYTES,
+                    what,
+                    deadline,
+                    truncate=not ok,
+                    advice=(
+                        "Client(max_response_bytes=...) raises it, for a server whose "
+                        "--max-response-bytes or --max-output-limit-bytes is larger"
+                    )
+                    if path == "/execute"
+                    else "",
+                )
+                return response.status_code, response.headers, body
         except httpx.HTTPError as error:
-            raise TransportError(f"{method} {path} failed: {error}") from error
+            if deadline.passed():
+                raise DeadlineExceeded(
+                    f"{what}: no complete answer within the call's deadline of "
+                    f"{deadline.seconds:g} s ({str(error) or type(error).__name__})"
+                ) from error
+            raise TransportError(f"{what} failed: {error}") from error

@@ -3,7 +3,8 @@
 Everything the package raises on purpose derives from :class:`KCoralError`. Three
 families sit under it:
 
-- :class:`TransportError` and :class:`ProtocolError`: no usable HTTP exchange;
+- :class:`TransportError` (with :class:`DeadlineExceeded`) and :class:`ProtocolError`: no
+  usable HTTP exchange;
 - :class:`ServerError`: the server answered with an HTTP error (the request itself failed);
 - :class:`ProgramFailed`: the request ran but the program failed. ``Client.execute`` returns
   a failed program as data; only :meth:`ProgramResult.raise_for_error` raises this family.
@@ -26,6 +27,16 @@ class KCoralError(Exception):
 
 class TransportError(KCoralError):
     """The request produced no HTTP response (connection refused, reset, timed out)."""
+
+
+class DeadlineExceeded(TransportError):
+    """The call's deadline passed before its answer was complete.
+
+    The deadline bounds a whole call (every attempt of the blob negotiation and every
+    byte of every answer), where the read timeout bounds each wait for a byte alone: a
+    server sending one byte every few seconds is cut by the deadline only. See
+    ``Client(deadline_seconds=...)``.
+    """
 
 
 class ProtocolError(KCoralError):

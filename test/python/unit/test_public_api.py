@@ -11,6 +11,7 @@ EXPECTED_EXPORTS = [
     "Client",
     "CompileFailed",
     "CorrectnessFailed",
+    "DeadlineExceeded",
     "EngineError",
     "EngineFailed",
     "ExecutionTimeout",

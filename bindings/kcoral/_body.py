@@ -1,0 +1,160 @@
+"""Reading an answer body from a server that may be hostile: bounded once decoded, by a deadline.
+
+The body is read as it arrives and decoded here, not by httpx, whose decoders inflate each
+network read whole: one 64 KiB read of a gzip bomb is 64 MiB, and a 2 MB body 2 GiB. Here
+zlib never produces more than :data:`CHUNK_BYTES` at a time, so reading stops once the
+decoded bytes pass the limit, having held at most the limit plus one chunk. The client
+asks for gzip and deflate only; an answer in another coding (br, zstd) is refused rather
+than passed on undecoded.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Iterator, Sequence
+
+import httpx
+
+from kcoral._codec import shown
+from kcoral._deadline import Deadline
+from kcoral._errors import DeadlineExceeded, ProtocolError
+
+ACCEPT_ENCODING = "gzip, deflate"
+CHUNK_BYTES = 64 << 10
+# Content codings stacked on one body; real servers use one.
+MAX_CODINGS = 2
+_GZIP_WBITS = zlib.MAX_WBITS | 16  # a gzip header and trailer
+_ZLIB_WBITS = zlib.MAX_WBITS  # "deflate" is the zlib format (RFC 9110, 8.4.1.2)
+_CODINGS = {"gzip": _GZIP_WBITS, "x-gzip": _GZIP_WBITS, "deflate": _ZLIB_WBITS}
+
+
+def read_body(
+    response: httpx.Response,
+    limit: int,
+    what: str,
+    deadline: Deadline,
+    *,
+    truncate: bool = False,
+    advice: str = "",
+) -> bytes:
+    """The decoded body of a streamed ``response``, at most ``limit`` bytes.
+
+    Past the limit: ProtocolError naming ``what`` (``"POST /execute"``), the limit and
+    ``advice`` (how to raise it), or with ``truncate`` the first ``limit`` bytes. Raises
+    ProtocolError for an unknown or undecodable content coding, DeadlineExceeded when
+    ``deadline`` passes before the body ends, and lets httpx's errors through.
+    """
+    if response.is_stream_consumed:
+        # A transport that read the body itself (httpx.MockTransport given content=, say)
+        # has decoded it too: only its size is left to check.
+        whole = response.content
+        if len(whole) > limit and not truncate:
+            raise _too_large(what, limit, advice, "")
+        return whole[:limit]
+    decoders = [_Inflater(wbits) for wbits in reversed(_codings(response, what))]
+    declared = response.headers.get("content-length", "")
+    if not decoders and not truncate and declared.isdigit() and len(declared) < 20:
+        if int(declared) > limit:
+            raise _too_large(what, limit, advice, f" (it declares {int(declared)} bytes)")
+    body = bytearray()
+    received = 0
+
+    def take(pieces: Iterator[bytes]) -> bool:
+        for piece in pieces:
+            if len(body) + len(piece) > limit:
+                if truncate:
+                    body.extend(piece[: limit - len(body)])
+                    return False
+                raise _too_large(what, limit, advice, "")
+            body.extend(piece)
+        return True
+
+    try:
+        for raw in response.iter_raw():
+            if deadline.passed():
+                raise DeadlineExceeded(
+                    f"{what}: the answer was not complete within the call's deadline of "
+                    f"{deadline.seconds:g} s"
+                )
+            received += len(raw)
+            if not take(_through(decoders, raw)):
+                return bytes(body)
+        if received:  # an empty body is empty in any coding
+            for decoder in decoders:
+                decoder.finish()
+    except (zlib.error, ValueError) as error:
+        raise ProtocolError(f"{what}: undecodable {_names(response)} body: {error}") from error
+    return bytes(body)
+
+
+def _codings(response: httpx.Response, what: str) -> list[int]:
+    """zlib window settings for the response's content codings, in the order applied."""
+    names = [
+        name.strip().lower()
+        for name in response.headers.get_list("content-encoding", split_commas=True)
+    ]
+    names = [name for name in names if name and name != "identity"]
+    unknown = sorted({name for name in names if name not in _CODINGS})
+    if unknown:
+        raise ProtocolError(
+            f"{what}: the answer is in content coding {', '.join(map(shown, unknown[:3]))}; "
+            f"the client asks for {ACCEPT_ENCODING} only"
+        )
+    if len(names) > MAX_CODINGS:
+        raise ProtocolError(f"{what}: the answer stacks {len(names)} content codings")
+    return [_CODINGS[name] for name in names]
+
+
+def _names(response: httpx.Response) -> str:
+    return shown(response.headers.get("content-encoding", "identity"))
+
+
+def _too_large(what: str, limit: int, advice: str, declared: str) -> ProtocolError:
+    size = f"{limit / (1 << 20):g} MiB" if limit >= 1 << 20 else f"{limit} bytes"
+    return ProtocolError(
+        f"{what}: the answer is over the client's limit of {size} decoded{declared}"
+        + (f"; {advice}" if advice else "")
+    )
+
+
+def _through(decoders: Sequence[_Inflater], data: bytes) -> Iterator[bytes]:
+    """``data`` decoded by each of ``decoders`` in turn, lazily, a chunk at a time."""
+    if not decoders:
+        if data:
+            yield data
+        return
+    for piece in decoders[0].feed(data):
+        yield from _through(decoders[1:], piece)
+
+
+class _Inflater:
+    """One gzip or zlib stream decoded at most CHUNK_BYTES at a time.
+
+    gzip may hold several members one after another (RFC 1952, 2.2); zlib one stream, with
+    nothing after it.
+    """
+
+    def __init__(self, wbits: int) -> None:
+        self._wbits = wbits
+        self._zlib = zlib.decompressobj(wbits)
+
+    def feed(self, data: bytes) -> Iterator[bytes]:
+        while True:
+            if self._zlib.eof:
+                data = self._zlib.unused_data + data
+                if not data:
+                    return
+                if self._wbits != _GZIP_WBITS:
+                    raise ValueError("data follows the end of the deflate stream")
+                self._zlib = zlib.decompressobj(self._wbits)
+            piece = self._zlib.decompress(data, CHUNK_BYTES)
+            data = self._zlib.unconsumed_tail
+            if piece:
+                yield piece
+            # A full chunk may leave output inside zlib: ask again, with no new input.
+            if not data and len(piece) < CHUNK_BYTES and not self._zlib.eof:
+                return
+
+    def finish(self) -> None:
+        if not self._zlib.eof:
+            raise ValueError("the coded stream ends before its end marker")
