@@ -10,13 +10,30 @@ import hashlib
 import json
 import math
 import re
+import reprlib
 import secrets
 from dataclasses import dataclass
 from typing import Any
 
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
+# The longest JSON integer read: Python's default for int() of a string. Reading longer
+# ones takes time quadratic in their length; the limit is the client's own, whatever
+# sys.set_int_max_str_digits says for the rest of the process.
+MAX_JSON_INTEGER_DIGITS = 4300
+# Error messages quote what a peer sent; this keeps a quote short however large or deeply
+# nested the value (a plain repr of a list nested 900 deep raises RecursionError).
+_SHORT_REPR = reprlib.Repr()
+_SHORT_REPR.maxstring = _SHORT_REPR.maxother = 80
 # A header parameter: name=token or name="quoted string" (backslash escapes allowed).
 _PARAM = re.compile(r';\s*([!#$%&\'*+.^_`|~0-9A-Za-z-]+)\s*=\s*("(?:[^"\\]|\\.)*"|[^;\s]*)\s*')
+
+
+def shown(value: object) -> str:
+    """A short repr of ``value`` for an error message, whatever its size or depth."""
+    try:
+        return _SHORT_REPR.repr(value)
+    except ValueError:  # an int too long for repr
+        return f"<{type(value).__name__}>"
 
 
 def sha256_hex(data: bytes) -> str:
@@ -34,7 +51,12 @@ def dumps_json(value: Any) -> bytes:
 
 
 def loads_json(data: bytes | str) -> Any:
-    """Parse JSON, rejecting duplicate object keys and NaN/Infinity (ValueError)."""
+    """Parse JSON strictly; ValueError for what the wire does not allow.
+
+    Refused: duplicate object keys, NaN and Infinity, numbers beyond a float (``1e400``),
+    integers of more than MAX_JSON_INTEGER_DIGITS digits, nesting deeper than the
+    interpreter's recursion limit, and bytes that are not UTF-8.
+    """
 
     def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
         obj: dict[str, Any] = {}
@@ -47,10 +69,31 @@ def loads_json(data: bytes | str) -> Any:
     def no_constants(name: str) -> Any:
         raise ValueError(f"non-finite JSON number {name}")
 
+    def integer(text: str) -> int:
+        digits = len(text) - text.startswith("-")
+        if digits > MAX_JSON_INTEGER_DIGITS:
+            raise ValueError(
+                f"a JSON integer of {digits} digits (more than {MAX_JSON_INTEGER_DIGITS})"
+            )
+        return int(text)
+
+    def finite(text: str) -> float:
+        value = float(text)
+        if not math.isfinite(value):
+            raise ValueError(f"the JSON number {text[:40]}{'...' if len(text) > 40 else ''} "
+                             "is beyond a float")
+        return value
+
     text = data.decode("utf-8") if isinstance(data, bytes) else data
     # json.JSONDecodeError and UnicodeDecodeError are both ValueErrors.
     try:
-        return json.loads(text, object_pairs_hook=unique_keys, parse_constant=no_constants)
+        return json.loads(
+            text,
+            object_pairs_hook=unique_keys,
+            parse_constant=no_constants,
+            parse_int=integer,
+            parse_float=finite,
+        )
     except RecursionError:
         raise ValueError("JSON nested too deeply") from None
 
@@ -109,7 +152,7 @@ def parse_header_value(value: str) -> tuple[str, dict[str, str]]:
     while position < len(rest):
         match = _PARAM.match(rest, position)
         if match is None:
-            raise ValueError(f"malformed header parameters in {value!r}")
+            raise ValueError(f"malformed header parameters in {shown(value)}")
         raw = match.group(2)
         if raw.startswith('"'):
             raw = re.sub(r"\\(.)", r"\1", raw[1:-1])
@@ -150,7 +193,7 @@ def decode_multipart(content_type: str, body: bytes) -> list[Part]:
     media_type, params = parse_header_value(content_type)
     boundary = params.get("boundary", "")
     if media_type != "multipart/form-data" or not boundary:
-        raise ValueError(f"not a multipart/form-data content type: {content_type!r}")
+        raise ValueError(f"not a multipart/form-data content type: {shown(content_type)}")
     delimiter = b"--" + boundary.encode("latin-1")
     if body.startswith(delimiter):
         position = len(delimiter)
@@ -188,17 +231,17 @@ def _make_part(header_block: bytes, data: bytes) -> Part:
         name, colon, value = line.partition(":")
         name = name.strip().lower()
         if not colon or not name:
-            raise ValueError(f"malformed multipart header line {line!r}")
+            raise ValueError(f"malformed multipart header line {shown(line)}")
         if name in headers:
-            raise ValueError(f"repeated multipart header {name!r}")
+            raise ValueError(f"repeated multipart header {shown(name)}")
         headers[name] = value.strip()
     disposition, params = parse_header_value(headers.get("content-disposition", ""))
     if disposition != "form-data" or not params.get("name"):
         raise ValueError("multipart part lacks 'Content-Disposition: form-data; name=...'")
     if "content-type" not in headers:
-        raise ValueError(f"multipart part {params['name']!r} lacks a Content-Type")
+        raise ValueError(f"multipart part {shown(params['name'])} lacks a Content-Type")
     encoding = headers.get("content-transfer-encoding", "binary").lower()
     if encoding not in ("binary", "8bit"):
-        raise ValueError(f"unsupported Content-Transfer-Encoding {encoding!r}")
+        raise ValueError(f"unsupported Content-Transfer-Encoding {shown(encoding)}")
     content_type, _ = parse_header_value(headers["content-type"])
     return Part(params["name"], content_type, data)

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from kcoral._codec import decode_multipart, is_sha256_hex, loads_json, sha256_hex
+from kcoral._codec import shown as _shown
 from kcoral._errors import (
     PROGRAM_ERROR_KINDS,
     ProtocolError,
@@ -114,11 +115,11 @@ def decode_response(
             raise ProtocolError("a CACHE_MISS response carries binary parts")
         return _cache_miss(document)
     if status not in ("COMPLETED", "FAILED"):
-        raise ProtocolError(f"unexpected response status {status!r}")
+        raise ProtocolError(f"unexpected response status {_shown(status)}")
     try:
         return _program_result(document, parts)
-    except (KeyError, TypeError, ValueError, RecursionError) as error:
-        raise ProtocolError(f"malformed execution response: {error!r}") from error
+    except (KeyError, TypeError, ValueError, ArithmeticError, RecursionError) as error:
+        raise ProtocolError(f"malformed execution response: {error!r:.500}") from error
 
 
 def error_from_response(
@@ -140,7 +141,8 @@ def error_from_response(
         error = document.get("error")
         if isinstance(error, dict):
             kind = error.get("kind") if isinstance(error.get("kind"), str) else None
-            message = str(error.get("message", message))
+            if isinstance(error.get("message"), str):
+                message = error["message"]
         if isinstance(document.get("request_id"), str) and document["request_id"]:
             request_id = document["request_id"]
     elif body:
@@ -150,6 +152,8 @@ def error_from_response(
         retry_after = float(headers_get("retry-after") or "")
     except ValueError:
         pass  # absent, or an HTTP date: leave the choice of delay to the caller
+    if retry_after is not None and not (math.isfinite(retry_after) and retry_after >= 0):
+        retry_after = None  # a delay no caller can sleep: inf, nan, negative
     return server_error(status_code, kind, message, request_id, retry_after)
 
 
@@ -170,12 +174,14 @@ def _split_body(content_type: str | None, body: bytes) -> tuple[dict[str, Any], 
         for index, part in enumerate(rest):
             # Parts follow in the order the value tree numbers them.
             if part.name != f"return:{index}":
-                raise ProtocolError(f"response part {part.name!r} is not 'return:{index}'")
+                raise ProtocolError(f"response part {_shown(part.name)} is not 'return:{index}'")
             if part.content_type != "application/octet-stream":
-                raise ProtocolError(f"response part {part.name!r} is not application/octet-stream")
+                raise ProtocolError(
+                    f"response part {_shown(part.name)} is not application/octet-stream"
+                )
             parts[part.name] = part.data
     else:
-        raise ProtocolError(f"unexpected response content type {content_type!r}")
+        raise ProtocolError(f"unexpected response content type {_shown(content_type)}")
     try:
         document = loads_json(raw)
     except ValueError as error:
@@ -205,7 +211,7 @@ def _program_result(document: dict[str, Any], parts: dict[str, bytes]) -> Progra
     results = {key: _decode_value(value, parts, used) for key, value in encoded.items()}
     unreferenced = sorted(parts.keys() - set(used))
     if unreferenced:
-        raise ValueError(f"binary parts {unreferenced} are referenced by no value")
+        raise ValueError(f"binary parts {_shown(unreferenced)} are referenced by no value")
     if document["status"] == "COMPLETED" and "error" in document:
         raise ValueError("a COMPLETED response carries an error")
     return ProgramResult(
@@ -232,10 +238,21 @@ def _typed(document: dict[str, Any], field: str, kind: type) -> Any:
 
 
 def _milliseconds(document: dict[str, Any], field: str) -> float:
-    value = document[field]
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+    value = _finite_float(document[field])
+    if value is None:
         raise TypeError(f"{field!r} is not a finite number")
-    return float(value)
+    return value
+
+
+def _finite_float(value: Any) -> float | None:
+    """``value`` as a finite float; None for what is no number, or an int beyond a float."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:  # an integer of more than 308 digits
+        return None
+    return number if math.isfinite(number) else None
 
 
 def _checked_error(error: Any) -> dict[str, Any]:
@@ -243,15 +260,15 @@ def _checked_error(error: Any) -> dict[str, Any]:
         raise ValueError("a FAILED response needs an 'error' object")
     kind = error.get("kind")
     if kind not in PROGRAM_ERROR_KINDS:
-        raise ValueError(f"unknown program error kind {kind!r}")
+        raise ValueError(f"unknown program error kind {_shown(kind)}")
     expected = _ERROR_FIELDS | (_GPU_ACCESS_FIELDS if kind == "gpu_access" else set())
     if set(error) != expected:
-        raise ValueError(f"error fields {sorted(error)} are not {sorted(expected)}")
+        raise ValueError(f"error fields {_shown(sorted(error))} are not {sorted(expected)}")
     index = error["instruction_index"]
     if isinstance(index, bool) or not isinstance(index, int) or index < 0:
         raise ValueError("error instruction_index is not a non-negative int")
     if error["instruction_op"] not in _OPS:
-        raise ValueError(f"error instruction_op {error['instruction_op']!r} is not an op")
+        raise ValueError(f"error instruction_op {_shown(error['instruction_op'])} is not an op")
     strings = ["message", "traceback"] + (["cuda_call", "location"] if kind == "gpu_access" else [])
     nullable = ["instruction_id"] + (["interfered_request_id"] if kind == "gpu_access" else [])
     if not all(isinstance(error[f], str) for f in strings):
@@ -263,7 +280,7 @@ def _checked_error(error: Any) -> dict[str, Any]:
 
 def _fields(node: dict[str, Any], *names: str) -> None:
     if set(node) != {"type", *names}:
-        raise ValueError(f"a {node['type']!r} value has fields {sorted(node)}")
+        raise ValueError(f"a {_shown(node['type'])} value has fields {_shown(sorted(node))}")
 
 
 def _decode_value(node: Any, parts: dict[str, bytes], used: list[str]) -> Any:
@@ -277,8 +294,8 @@ def _decode_value(node: Any, parts: dict[str, bytes], used: list[str]) -> Any:
     if kind in ("boolean", "integer", "number", "string"):
         _fields(node, "value")
         if not _is_scalar(kind, node["value"]):
-            raise ValueError(f"a {kind!r} value holds {node['value']!r}")
-        return float(node["value"]) if kind == "number" else node["value"]
+            raise ValueError(f"a {kind!r} value holds {_shown(node['value'])}")
+        return _finite_float(node["value"]) if kind == "number" else node["value"]
     if kind == "array":
         _fields(node, "value")
         if not isinstance(node["value"], list):
@@ -297,7 +314,9 @@ def _decode_value(node: Any, parts: dict[str, bytes], used: list[str]) -> Any:
         data = _take_part(node, parts, used)
         size = node["size"]
         if isinstance(size, bool) or not isinstance(size, int) or size != len(data):
-            raise ValueError(f"file size {node['size']!r} does not match its {len(data)} bytes")
+            raise ValueError(
+                f"file size {_shown(node['size'])} does not match its {len(data)} bytes"
+            )
         return ReturnedFile(data)
     if kind == "folder":
         _fields(node, "files", "directories")
@@ -308,13 +327,13 @@ def _decode_value(node: Any, parts: dict[str, bytes], used: list[str]) -> Any:
         decoded = {}
         for path, child in files.items():
             if not isinstance(child, dict) or child.get("type") != "file":
-                raise ValueError(f"folder entry {path!r} is not a file value")
+                raise ValueError(f"folder entry {_shown(path)} is not a file value")
             decoded[path] = _decode_value(child, parts, used)
         return ReturnedFolder(decoded, directories)
     if kind == "tensor":
         _fields(node, "dtype", "shape", "part", "sha256")
         return _decode_tensor(node, _take_part(node, parts, used))
-    raise ValueError(f"unknown value type {kind!r}")
+    raise ValueError(f"unknown value type {_shown(kind)}")
 
 
 def _is_scalar(kind: str, value: Any) -> bool:
@@ -325,9 +344,10 @@ def _is_scalar(kind: str, value: Any) -> bool:
     if kind == "integer":
         return isinstance(value, int)
     if kind == "number":
-        # Strict JSON refuses NaN, but a literal like 1e999 still parses to infinity.
-        return isinstance(value, int) or (isinstance(value, float) and math.isfinite(value))
+        # An integer of more than 308 digits parses, but no float holds it.
+        return _finite_float(value) is not None
     return isinstance(value, str)
+
 
 
 def _take_part(node: dict[str, Any], parts: dict[str, bytes], used: list[str]) -> bytes:
@@ -336,13 +356,14 @@ def _take_part(node: dict[str, Any], parts: dict[str, bytes], used: list[str]) -
     # Numbering by visiting order also makes a second reference to a part impossible.
     if name != f"return:{len(used)}":
         raise ValueError(
-            f"binary part {name!r} is not numbered depth-first (expected 'return:{len(used)}')"
+            f"binary part {_shown(name)} is not numbered depth-first "
+            f"(expected 'return:{len(used)}')"
         )
     if name not in parts:
-        raise ValueError(f"binary part {name!r} is missing from the response")
+        raise ValueError(f"binary part {_shown(name)} is missing from the response")
     data = parts[name]
     if not is_sha256_hex(node["sha256"]) or sha256_hex(data) != node["sha256"]:
-        raise ValueError(f"binary part {name!r} does not match its sha256")
+        raise ValueError(f"binary part {_shown(name)} does not match its sha256")
     used.append(name)
     return data
 
@@ -361,12 +382,12 @@ def _numpy_dtype(dtype: str) -> np.dtype[Any]:
 def _decode_tensor(node: dict[str, Any], data: bytes) -> np.ndarray[Any, Any]:
     dtype, shape = node["dtype"], node["shape"]
     if dtype not in DTYPE_ITEM_SIZES:
-        raise ValueError(f"unknown tensor dtype {dtype!r}")
+        raise ValueError(f"unknown tensor dtype {_shown(dtype)}")
     if not isinstance(shape, list) or not all(
         isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape
     ):
-        raise ValueError(f"tensor shape {shape!r} is not a list of non-negative ints")
+        raise ValueError(f"tensor shape {_shown(shape)} is not a list of non-negative ints")
     if len(data) != math.prod(shape) * DTYPE_ITEM_SIZES[dtype]:
-        raise ValueError(f"a {dtype} tensor of shape {shape} cannot hold {len(data)} bytes")
+        raise ValueError(f"a {dtype} tensor of shape {_shown(shape)} cannot hold {len(data)} bytes")
     # frombuffer aliases the read-only response; the copy is writable and owns its memory.
     return np.frombuffer(data, dtype=_numpy_dtype(dtype)).reshape(shape).copy()

@@ -2,6 +2,7 @@
 
 import hashlib
 import math
+import sys
 
 import pytest
 
@@ -165,3 +166,31 @@ def test_encode_rejects_unsafe_part_names():
 def test_deeply_nested_json_is_a_value_error():
     with pytest.raises(ValueError, match="nested"):
         loads_json("[" * 100_000 + "]" * 100_000)
+
+
+def test_numbers_beyond_a_float_are_value_errors():
+    for text in ("1e400", "[-1e400]", '{"a": 1.5e999}'):
+        with pytest.raises(ValueError, match="beyond a float"):
+            loads_json(text)
+    assert loads_json("1.7976931348623157e308") == 1.7976931348623157e308
+
+
+def test_integers_past_the_clients_digit_limit_are_value_errors_whatever_the_process_allows():
+    limit = _codec.MAX_JSON_INTEGER_DIGITS
+    assert loads_json("-" + "9" * limit) == -int("9" * limit)
+    before = sys.get_int_max_str_digits()
+    sys.set_int_max_str_digits(0)  # a process that lifted Python's own limit
+    try:
+        with pytest.raises(ValueError, match=f"{limit + 1} digits \\(more than {limit}\\)"):
+            loads_json("[1" + "0" * limit + "]")
+    finally:
+        sys.set_int_max_str_digits(before)
+    assert sys.get_int_max_str_digits() == before
+
+
+def test_shown_values_are_short_whatever_their_size_or_depth():
+    assert len(_codec.shown("x" * 1_000_000)) < 100
+    nested: list = []
+    for _ in range(100_000):
+        nested = [nested]
+    assert _codec.shown(nested).startswith("[[")

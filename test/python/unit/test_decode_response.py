@@ -436,3 +436,55 @@ def test_deeply_nested_values_are_protocol_errors(depth):
     text = json.dumps(envelope({"deep": None})).replace('{"deep": null}', '{"deep": ' + node + "}")
     with pytest.raises(ProtocolError):
         decode_response(200, "application/json", text.encode(), no_headers)
+
+
+@pytest.mark.parametrize(
+    ("good", "beyond_a_float"),
+    [('"queue_ms": 0.4', '"queue_ms": 1' + "0" * 400),
+     ('"value": 0.5', '"value": -1' + "0" * 400)],
+)
+def test_integers_beyond_a_float_where_numbers_are_due_are_refused(good, beyond_a_float):
+    text = json.dumps(envelope({"x": {"type": "number", "value": 0.5}}))
+    with pytest.raises(ProtocolError, match="finite number|'number' value"):
+        decode_response(
+            200, "application/json", text.replace(good, beyond_a_float).encode(), no_headers
+        )
+
+
+def test_integers_of_any_size_within_the_digit_limit_are_kept():
+    big = 10**4000
+    result = respond(envelope({"i": {"type": "integer", "value": big}}))
+    assert result["i"] == big
+
+
+@pytest.mark.parametrize("value", ["inf", "nan", "-1", "1e400"])
+def test_a_retry_after_no_caller_can_sleep_is_none(monkeypatch, value):
+    monkeypatch.setitem(HEADERS, "retry-after", value)
+    with pytest.raises(ServerBusy) as info:
+        decode_response(503, "application/json", error_body("busy"), no_headers)
+    assert info.value.retry_after_seconds is None
+
+
+def test_an_error_message_that_is_not_a_string_is_not_used():
+    body = json.dumps({"error": {"kind": "busy", "message": [[[]]] * 3}}).encode()
+    with pytest.raises(ServerBusy) as info:
+        decode_response(503, "application/json", body, no_headers)
+    assert info.value.message == "HTTP status 503"
+
+
+@pytest.mark.parametrize(
+    "document",
+    [
+        {"status": "x" * 1_000_000},
+        {"status": json.loads("[" * 900 + "]" * 900)},
+        envelope({"x": {"type": "y" * 1_000_000}}),
+        envelope({"x": {"type": "null", **{f"k{i}": i for i in range(100_000)}}}),
+        envelope({"x": {"type": "tensor", "dtype": "float32", "shape": list(range(100_000)),
+                        "part": "return:0", "sha256": sha256_hex(b"")}}),
+    ],
+    ids=["long-status", "deep-status", "long-type", "many-fields", "long-shape"],
+)
+def test_protocol_errors_quote_the_answer_briefly(document):
+    with pytest.raises(ProtocolError) as info:
+        respond(document, [b""] if "x" in document.get("results", {}) else [])
+    assert len(str(info.value)) < 1000
