@@ -179,7 +179,12 @@ void HttpSession::on_body(beast::error_code ec, std::size_t bytes) {
 }
 
 void HttpSession::handle(HttpRequest request) {
-  RouteResult routed = route(request, state_, peer_);
+  // Copies the blob store makes for this program are this request's bytes too.
+  RouteResult routed = route(request, state_, peer_, [this](std::uint64_t bytes) {
+    if (held_.grow_to(held_.held() + bytes)) return true;
+    state_.metrics.record(Metrics::Guard::inflight_full);
+    return false;
+  });
   if (routed.response) return write(std::move(*routed.response));
   unsigned version = request.version();
   bool keep_alive = request.keep_alive();

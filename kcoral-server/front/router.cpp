@@ -77,7 +77,8 @@ HttpResponse health(const HttpRequest& request, ServerState& state, const std::s
                        request.version(), request.keep_alive() && !state.stopping);
 }
 
-RouteResult execute(const HttpRequest& request, ServerState& state, std::string request_id, std::string_view client) {
+RouteResult execute(const HttpRequest& request, ServerState& state, std::string request_id, std::string_view client,
+                    const BlobStore::CopyBudget& copies) {
   Clock::time_point received = Clock::now();
   auto answer = [&](const EncodedResponse& encoded, std::string_view status, const Error* error,
                     const Program* program) {
@@ -95,7 +96,7 @@ RouteResult execute(const HttpRequest& request, ServerState& state, std::string 
   }
   auto content_type = request[http::field::content_type];
   auto admitted = admit_execute(request_id, {content_type.data(), content_type.size()}, request.body(), state.blobs,
-                                state.execute);
+                                state.execute, copies);
   if (auto* now = std::get_if<ExecuteAnswer>(&admitted))
     return answer(now->response, now->status, now->error ? &*now->error : nullptr, now->program ? &*now->program : nullptr);
 
@@ -117,7 +118,8 @@ RouteResult execute(const HttpRequest& request, ServerState& state, std::string 
 
 }  // namespace
 
-RouteResult route(const HttpRequest& request, ServerState& state, std::string_view client) {
+RouteResult route(const HttpRequest& request, ServerState& state, std::string_view client,
+                  const BlobStore::CopyBudget& copies) {
   std::string_view target(request.target().data(), request.target().size());
   target = target.substr(0, target.find('?'));
   unsigned version = request.version();
@@ -132,7 +134,7 @@ RouteResult route(const HttpRequest& request, ServerState& state, std::string_vi
   };
   if (target == "/execute") {
     if (request.method() != http::verb::post) return method_not_allowed("POST");
-    return execute(request, state, std::move(request_id), client);
+    return execute(request, state, std::move(request_id), client, copies);
   }
   state.metrics.record_other_request();
   if (target == "/health") {

@@ -52,8 +52,10 @@ struct RouteResult {
   std::shared_ptr<ExecuteJob> job;       // run this and answer with finish_execute
 };
 
-// `client`: the peer's address, for the event log.
-[[nodiscard]] RouteResult route(const HttpRequest& request, ServerState& state, std::string_view client = {});
+// `client`: the peer's address, for the event log. `copies`: the budget that the bytes the
+// blob store makes for a program (BlobStore::resolve) are held in, with the request's own.
+[[nodiscard]] RouteResult route(const HttpRequest& request, ServerState& state, std::string_view client = {},
+                                const BlobStore::CopyBudget& copies = {});
 
 // What one POST /execute came to: counted in the metrics and, with --log-dir, written to
 // the event log. Every /execute is recorded once, whether answered by the router, by its

@@ -30,16 +30,26 @@ constexpr std::size_t kSharedFileSlack = std::size_t{1} << 20;
 // Cached blobs may share a memfd with blobs of other requests, and a memfd handed to a
 // program's process can be read whole. So the blobs of a memfd the program does not use
 // entirely are copied into one new memfd of its own.
-Status confine(BlobMap& blobs) {
+Status over_budget(std::uint64_t bytes) {
+  return fail(ErrorKind::busy, "the server holds too many bytes for programs at once to make the " +
+                                   std::to_string(bytes) + " bytes of cached blobs this program needs; retry");
+}
+
+Status confine(BlobMap& blobs, const BlobStore::CopyBudget& budget) {
   std::unordered_map<int, std::size_t> used;  // parts of each memfd the program uses
   for (const auto& [digest, blob] : blobs) ++used[blob.fd()];
-  BlobBuilder own(BlobBuilder::kMappableFrom);
   std::vector<std::string> copied;
+  std::uint64_t bytes = 0;
   for (const auto& [digest, blob] : blobs) {
     if (used[blob.fd()] == blob.file_parts()) continue;
-    if (auto status = own.append(blob.bytes()); !status) return status;
     copied.push_back(digest);
+    bytes += blob.size();
   }
+  if (copied.empty()) return {};
+  if (budget && !budget(bytes)) return over_budget(bytes);
+  BlobBuilder own(BlobBuilder::kMappableFrom);
+  for (const std::string& digest : copied)
+    if (auto status = own.append(blobs.at(digest).bytes()); !status) return status;
   auto copies = own.finish();
   if (!copies) return std::unexpected(copies.error());
   for (std::size_t i = 0; i < copied.size(); ++i) blobs[copied[i]] = std::move((*copies)[i]);
@@ -88,7 +98,7 @@ std::optional<Blob> BlobStore::get(const std::string& digest) {
   return it->second.blob;
 }
 
-Result<BlobStore::Resolution> BlobStore::resolve(const Program& program, BlobMap supplied) {
+Result<BlobStore::Resolution> BlobStore::resolve(const Program& program, BlobMap supplied, const CopyBudget& budget) {
   Resolution resolution;
   {
     std::lock_guard lock(mutex_);
@@ -108,13 +118,22 @@ Result<BlobStore::Resolution> BlobStore::resolve(const Program& program, BlobMap
   for (auto& [digest, blob] : supplied) put(digest, std::move(blob));
   // What memory lacks, the disk may still hold (from before a restart, say).
   if (disk_ != nullptr) {
+    std::optional<std::uint64_t> refused;
     std::erase_if(resolution.missing, [&](const std::string& digest) {
+      if (refused) return false;
+      std::optional<std::uint64_t> size = disk_->size_of(digest);
+      if (!size) return false;
+      if (budget && !budget(*size)) {
+        refused = *size;
+        return false;
+      }
       std::optional<Blob> kept = disk_->load(digest);
       if (!kept) return false;
       resolution.blobs.emplace(digest, *kept);
       put(digest, std::move(*kept));
       return true;
     });
+    if (refused) return std::unexpected(over_budget(*refused).error());
   }
 
   for (const Instruction& instruction : program.instructions()) {
@@ -130,7 +149,7 @@ Result<BlobStore::Resolution> BlobStore::resolve(const Program& program, BlobMap
                                         "but its blob holds " + std::to_string(it->second.size()));
   }
 
-  if (auto confined = confine(resolution.blobs); !confined) return std::unexpected(confined.error());
+  if (auto confined = confine(resolution.blobs, budget); !confined) return std::unexpected(confined.error());
 
   std::lock_guard lock(mutex_);
   resolution.pin.store_ = this;

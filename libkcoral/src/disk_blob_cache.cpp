@@ -211,6 +211,13 @@ void DiskBlobCache::write(const std::string& digest, const Blob& blob) {
   evict_locked();
 }
 
+std::optional<std::uint64_t> DiskBlobCache::size_of(const std::string& digest) const {
+  std::lock_guard lock(mutex_);
+  auto it = entries_.find(digest);
+  if (it == entries_.end()) return std::nullopt;
+  return it->second.bytes;
+}
+
 std::optional<Blob> DiskBlobCache::load(const std::string& digest) {
   if (!is_sha256_hex(digest)) return std::nullopt;
   {

@@ -276,6 +276,32 @@ TEST_CASE("a program never gets a memfd that holds blobs it did not reference") 
   CHECK(blob.offset() == 0);
 }
 
+TEST_CASE("the copies a program needs are asked of its budget first, and refused as busy") {
+  // A client naming a large cached blob whose memfd holds another: each program of it
+  // needs a copy of its own, which the caller's budget must take before it is made.
+  kcoral::BlobStore store(std::size_t{16} << 20);
+  std::string large(std::size_t{1} << 20, 'L');
+  std::string other = "uploaded with it";
+  REQUIRE(store.resolve(program_of({large, other}), one_file({large, other})).has_value());
+  std::vector<std::uint64_t> asked;
+  auto allow = [&](std::uint64_t bytes) {
+    asked.push_back(bytes);
+    return true;
+  };
+  auto copied = store.resolve(program_of({large}), {}, allow);
+  REQUIRE(copied.has_value());
+  CHECK(asked == std::vector<std::uint64_t>{large.size()});
+  // Blobs it uses whole (their memfd holds nothing else) cost nothing.
+  asked.clear();
+  REQUIRE(store.resolve(program_of({large, other}), {}, allow).has_value());
+  CHECK(asked.empty());
+  // Refused: the program is not admitted, and nothing was copied.
+  auto refused = store.resolve(program_of({large}), {}, [](std::uint64_t) { return false; });
+  REQUIRE_FALSE(refused.has_value());
+  CHECK(refused.error().kind == kcoral::ErrorKind::busy);
+  CHECK(refused.error().message.find(std::to_string(large.size()) + " bytes of cached blobs") != std::string::npos);
+}
+
 TEST_CASE("a small slice of a large file is kept as a copy, not by keeping the file alive") {
   kcoral::BlobStore store(std::size_t{64} << 20);
   std::string large(std::size_t{3} << 20, 'L');  // over the 1 MiB slack, under a quarter of the budget

@@ -19,6 +19,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <list>
 #include <mutex>
 #include <optional>
@@ -76,12 +77,18 @@ class BlobStore {
   void put(const std::string& digest, Blob blob);
   [[nodiscard]] std::optional<Blob> get(const std::string& digest);
 
+  // Asked before resolve makes bytes for one program (copies, blobs read back from disk):
+  // true if the caller's budget takes them. Empty: no budget.
+  using CopyBudget = std::function<bool(std::uint64_t bytes)>;
+
   // Stores the supplied blobs, then finds every blob the program references. Fails with
   // `parse` when a tensor's blob does not hold exactly prod(shape) x itemsize bytes. The
   // blobs returned share no memfd with bytes the program does not reference (those of a
   // memfd it uses only in part are copied into one of its own), so each memfd may be
-  // handed to the program's process whole.
-  [[nodiscard]] Result<Resolution> resolve(const Program& program, BlobMap supplied);
+  // handed to the program's process whole. What it copies or reads back for the program is
+  // asked of `budget` first, so that small requests naming large cached blobs cannot make
+  // the server hold copies past its budget: `busy` when it refuses.
+  [[nodiscard]] Result<Resolution> resolve(const Program& program, BlobMap supplied, const CopyBudget& budget = {});
 
   [[nodiscard]] std::size_t size_bytes() const;  // of the distinct memfds held
   [[nodiscard]] std::size_t count() const;       // blobs

@@ -50,6 +50,8 @@ class DiskBlobCache {
   void store(const std::string& digest, const Blob& blob);
   // The blob, in a new sealed memfd, when kept and whole.
   [[nodiscard]] std::optional<Blob> load(const std::string& digest);
+  // The size of the blob as kept, when it is (what load would make, before it is made).
+  [[nodiscard]] std::optional<std::uint64_t> size_of(const std::string& digest) const;
   // Waits until every queued blob is written (for tests and shutdown).
   void flush();
 

@@ -57,11 +57,11 @@ struct ExecuteAnswer {
 
 // Parses and validates the request, then resolves its blobs through `store` (which keeps
 // the supplied ones): the program to run, or the answer (400 for a bad request, CACHE_MISS
-// naming the blobs to send, 503 when out of memory files).
-[[nodiscard]] std::variant<AdmittedRequest, ExecuteAnswer> admit_execute(std::string_view request_id,
-                                                                         std::string_view content_type,
-                                                                         std::string_view body, BlobStore& store,
-                                                                         const ExecuteSettings& settings);
+// naming the blobs to send, 503 when out of memory files or when `copies` refuses the
+// bytes the store must make for this program: see BlobStore::resolve).
+[[nodiscard]] std::variant<AdmittedRequest, ExecuteAnswer> admit_execute(
+    std::string_view request_id, std::string_view content_type, std::string_view body, BlobStore& store,
+    const ExecuteSettings& settings, const BlobStore::CopyBudget& copies = {});
 
 // The response to a program's outcome: its result (COMPLETED or FAILED), or the request
 // error it ended with. A result whose returns would not fit the response (as the executor
