@@ -11,8 +11,12 @@ once, so nothing streams while the tool runs.
 
 Exit codes: the tool's own (128+N when signal N ended it); 1 when the program failed on the
 server; 2 for a usage error; 124 when the run passed its time limit; 125 when the server
-could not run it (unreachable, refused, or a CPU server asked for a GPU tool); 127 when the
-tool is missing on the server.
+could not run it (unreachable, refused, or a CPU server asked for a GPU tool) or answered
+without a valid exit status (0-255); 127 when the tool is missing on the server.
+
+What comes back is printed as text the server wrote: terminal controls in the tool's
+output, and in anything else of the server's that kcoral prints, are shown as escapes
+(see ``_terminal.py``) unless ``--raw-output`` asks for the tool's output as it is.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from kcoral._errors import ExecutionTimeout, KCoralError
 from kcoral._files import ReturnedFile, ReturnedFolder
 from kcoral._program import Program
 from kcoral._result import ProgramResult
+from kcoral._terminal import printable
 # benchmark() steps aside (one untimed call) under the tool this variable names.
 from kcoral.builtins import UNDER_TOOL_VARIABLE
 
@@ -169,6 +174,7 @@ class ToolRun:
     print_output_file: bool = False
     timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS
     output_limit_bytes: int = DEFAULT_OUTPUT_LIMIT_BYTES
+    raw_output: bool = False
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> ToolRun:
@@ -176,6 +182,7 @@ class ToolRun:
         limits: dict[str, Any] = {
             "timeout_seconds": args.timeout_seconds,
             "output_limit_bytes": args.output_limit_bytes,
+            "raw_output": args.raw_output,
         }
         excludes = (*DEFAULT_EXCLUDES, *args.exclude)
         if args.tool == "shell":
@@ -207,6 +214,10 @@ class ToolRun:
         return cls(args.tool, argv, uploads, env, needs_gpu=True, output_file=output_file,
                    save_to=save_to, overwrite=args.force,
                    print_output_file=args.tool == "compute-sanitizer", **limits)
+
+    def shown(self, text: str) -> str:
+        """The tool's output as printed: its terminal controls escaped, unless raw_output."""
+        return text if self.raw_output else printable(text)
 
     def spec(self) -> dict[str, Any]:
         """The runner's argument: what to run, where, with what, for how long."""
@@ -374,7 +385,8 @@ def write(stream: Any, text: str) -> None:
 
 
 def note(text: str) -> None:
-    print(f"kcoral: {text}", file=sys.stderr, flush=True)
+    """Say something on stderr; what it quotes of the server's is shown, never obeyed."""
+    print(f"kcoral: {printable(text)}", file=sys.stderr, flush=True)
 
 
 # -- running ------------------------------------------------------------------------------
@@ -387,7 +399,8 @@ def execute(run: ToolRun, program: Program, url: str, token: str | None) -> int:
             if run.needs_gpu:
                 gpus = client.health().get("gpu_count", 0)
                 if not gpus:
-                    note(f"{run.tool} needs a GPU server; {url} has no GPU (gpu_count {gpus})")
+                    note(f"{run.tool} needs a GPU server; {url} has no GPU "
+                         f"(gpu_count {gpus!r:.40})")
                     return EXIT_SERVER
             result = client.execute(
                 program,
@@ -405,8 +418,8 @@ def execute(run: ToolRun, program: Program, url: str, token: str | None) -> int:
 
 def report(run: ToolRun, result: ProgramResult) -> int:
     """Print the tool's output and what it made, save its report; the exit code."""
-    write(sys.stdout, result.stdout)
-    write(sys.stderr, result.stderr)
+    write(sys.stdout, run.shown(result.stdout))
+    write(sys.stderr, run.shown(result.stderr))
     for stream in ("stdout", "stderr"):
         if getattr(result, f"{stream}_truncated"):
             note(f"the server cut {stream} at its output limit (--output-limit-bytes)")
@@ -414,7 +427,7 @@ def report(run: ToolRun, result: ProgramResult) -> int:
         error = result.error or {}
         note(f"the run failed on the server: {error.get('kind')}: {error.get('message')}")
         if error.get("traceback"):
-            print(error["traceback"].rstrip(), file=sys.stderr)
+            print(printable(error["traceback"].rstrip()), file=sys.stderr)
         return EXIT_PROGRAM_FAILED
     # A completed program's answer comes from the server, not from this process: one
     # without the runner's status (a server that is not KCoral's, say) is said, not a crash.
@@ -428,6 +441,10 @@ def report(run: ToolRun, result: ProgramResult) -> int:
     if type(code) is not int or not (folder is None or isinstance(folder, ReturnedFolder)):
         note(f"the server's answer holds no exit status of {run.tool}: {result.results!r:.200}")
         return EXIT_SERVER
+    # An exit status is 0-255; passed on, 256 would read as success and -1 as 255.
+    if not 0 <= code <= 255:
+        note(f"the server's answer gives {run.tool} the exit status {str(code):.40}, outside 0-255")
+        return EXIT_SERVER
     if folder is not None:
         bring_back(run, folder)
     return code
@@ -439,7 +456,7 @@ def bring_back(run: ToolRun, folder: ReturnedFolder) -> None:
         note(f"{run.tool} wrote no {run.output_file}")
         return
     if run.print_output_file:
-        write(sys.stdout, made.read_bytes().decode("utf-8", "replace"))
+        write(sys.stdout, run.shown(made.read_bytes().decode("utf-8", "replace")))
     if run.save_to is not None:
         try:
             made.save(run.save_to, overwrite=run.overwrite)
@@ -473,12 +490,15 @@ are left out.
 
 Output: the server answers a program once, so the tool's stdout and stderr arrive, in
 full up to the output limit, when it ends, and are printed to kcoral's stdout and stderr;
-nothing streams while the tool runs.
+nothing streams while the tool runs. Terminal control characters in them (escape
+sequences, other controls but newline and tab, bidirectional overrides) are printed as
+escapes such as \\x1b, so that output can neither drive nor fool the terminal;
+--raw-output prints them as they came.
 
 Exit codes: the tool's own (128+N when signal N ended it); 1 the program failed on the
 server (its error is printed); 2 usage; 124 the run passed --timeout-seconds; 125 the
-server could not run it (unreachable, refused, a CPU server for a GPU tool); 127 the tool
-is not on the server's PATH.
+server could not run it (unreachable, refused, a CPU server for a GPU tool) or gave no
+exit status in 0-255; 127 the tool is not on the server's PATH.
 """
 
 
@@ -505,6 +525,10 @@ def _common_options() -> argparse.ArgumentParser:
                        help="leave out files and folders whose name matches this glob (repeatable)")
     group.add_argument("--no-upload", action="store_true", default=argparse.SUPPRESS,
                        help="upload nothing but the script itself")
+    group.add_argument("--raw-output", action="store_true", default=argparse.SUPPRESS,
+                       help="print the tool's output with its terminal control sequences (colors, "
+                       "cursor moves) as they came, instead of as escapes like \\x1b; only for "
+                       "a server and programs you trust")
     return common
 
 
@@ -599,6 +623,7 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
         "upload": None,
         "exclude": [],
         "no_upload": False,
+        "raw_output": False,
     }
     for name, value in defaults.items():
         if not hasattr(args, name):

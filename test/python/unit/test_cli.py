@@ -19,6 +19,7 @@ import pytest
 import kcoral
 from kcoral import ProgramResult, ReturnedFile, ReturnedFolder, _cli
 from kcoral import builtins as kcoral_builtins
+from kcoral._terminal import printable
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -312,6 +313,62 @@ def test_an_answer_without_the_runners_status_is_125_not_a_crash(project, capsys
     assert _cli.report(tool_run("ncu", "bench/check.py"), result(results=results)) == 125
     assert "holds no exit status of ncu" in capsys.readouterr().err
     assert not Path("check.ncu-rep").exists()
+
+
+@pytest.mark.parametrize("exit_code", [256, -1, 1 << 70, 1000])
+def test_an_exit_status_outside_0_255_is_125_not_passed_on(project, capsys, exit_code):
+    # 256 would read as success, -1 as 255.
+    code = _cli.report(tool_run("python", "bench/check.py"),
+                       result(results={"tool": {"exit_code": exit_code}}))
+    assert code == 125
+    assert f"gives python the exit status {str(exit_code):.40}, outside 0-255" in (
+        capsys.readouterr().err)
+
+
+def test_exit_statuses_0_to_255_are_passed_on(project):
+    for exit_code in (0, 255):
+        assert _cli.report(tool_run("python", "bench/check.py"),
+                           result(results={"tool": {"exit_code": exit_code}})) == exit_code
+
+
+CONTROLS = "\x1b[31mred\x1b[0m \x1b]52;c;eA==\x07 \x9b2J \u202etxt \x00\x7f a\rb c\r\n\td\n"
+ESCAPED = ("\\x1b[31mred\\x1b[0m \\x1b]52;c;eA==\\x07 \\x9b2J \\u202etxt \\x00\\x7f "
+           "a\\x0db c\r\n\td\n")
+
+
+def test_the_tools_output_is_printed_with_its_terminal_controls_escaped(project, capsys):
+    assert printable(CONTROLS) == ESCAPED
+    run = tool_run("python", "bench/check.py")
+    assert not run.raw_output
+    _cli.report(run, result(results={"tool": {"exit_code": 0}}, stdout=CONTROLS, stderr=CONTROLS))
+    printed = capsys.readouterr()
+    assert printed.out == ESCAPED and printed.err == ESCAPED
+
+
+def test_raw_output_prints_the_tools_output_as_it_came(project, capsys):
+    for argv in (["--raw-output", "python", "bench/check.py"],
+                 ["python", "--raw-output", "bench/check.py"]):
+        run = tool_run(*argv)
+        assert run.raw_output
+        _cli.report(run, result(results={"tool": {"exit_code": 0}}, stdout=CONTROLS,
+                                stderr=CONTROLS))
+        printed = capsys.readouterr()
+        assert printed.out == CONTROLS and printed.err == CONTROLS
+    assert "--raw-output" in _cli.build_parser().parse_args(["run", "shell", "true"]).tool_parser \
+        .format_help()
+
+
+def test_the_servers_error_traceback_and_log_are_printed_escaped(project, capsys):
+    error = {"kind": "runtime", "message": "bad\x1b[2J", "traceback": "Traceback\x1b]0;t\x07\n",
+             "instruction_index": 3, "instruction_op": "run", "instruction_id": "kcoral:tool"}
+    _cli.report(tool_run("--raw-output", "python", "bench/check.py"),
+                result("FAILED", error=error))
+    err = capsys.readouterr().err
+    assert "\x1b" not in err and "bad\\x1b[2J" in err and "Traceback\\x1b]0;t\\x07" in err
+    folder = ReturnedFolder({"sanitizer.log": ReturnedFile(b"\x1b[2Jfound\n")})
+    _cli.report(tool_run("compute-sanitizer", "bench/check.py"),
+                result(results={"tool": {"exit_code": 0}, "output": folder}))
+    assert capsys.readouterr().out == "out\n\\x1b[2Jfound\n"
 
 
 # -- benchmark() under a tool -----------------------------------------------------------------
