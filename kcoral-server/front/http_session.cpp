@@ -16,8 +16,8 @@ constexpr auto kWriteTimeout = std::chrono::seconds(600);  // a response
 constexpr auto kDrainTime = std::chrono::seconds(10);      // of a rejected body, in all
 constexpr std::size_t kHeaderLimit = 64 * 1024;
 constexpr std::size_t kDrainLimit = std::size_t{4} << 30;  // of a rejected body
-// A chunked body grows by at least this much per reservation; one read adds far less, so
-// the string never grows behind the budget's back.
+// A chunked body is reserved this much ahead; one read adds far less, so the body never
+// grows behind the budget's back.
 constexpr std::size_t kChunkedHeadroom = std::size_t{1} << 20;
 // Bytes a client may send ahead (its next request) while its program runs; past them the
 // connection is no longer watched.
@@ -113,17 +113,15 @@ Error HttpSession::inflight_full() {
 }
 
 // Holds this request's body in the in-flight budget before it is read: its declared
-// length whole, or a chunked body's next growth (whose string is then grown to match).
+// length whole, or a chunked body's next growth (RequestBody grows without a copy, so what
+// it holds is what it costs).
 bool HttpSession::reserve_body() {
   if (parser_->is_done()) return true;
   if (auto length = parser_->content_length()) return held_.grow_to(*length);
-  std::string& body = parser_->get().body();
-  if (body.capacity() - body.size() >= kChunkedHeadroom) return true;
-  std::uint64_t want = std::min<std::uint64_t>(std::max<std::uint64_t>(2 * body.capacity(), body.size() + kChunkedHeadroom),
-                                               state_.config.max_request_bytes + kChunkedHeadroom);
-  if (!held_.grow_to(want)) return false;
-  body.reserve(want);
-  return true;
+  std::uint64_t size = parser_->get().body().size();
+  if (held_.held() >= size + kChunkedHeadroom) return true;
+  return held_.grow_to(std::min<std::uint64_t>(size + 2 * kChunkedHeadroom,
+                                               state_.config.max_request_bytes + kChunkedHeadroom));
 }
 
 void HttpSession::start_body() {

@@ -64,7 +64,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
 
   boost::beast::tcp_stream stream_;
   boost::beast::flat_buffer buffer_;
-  std::optional<boost::beast::http::request_parser<boost::beast::http::string_body>> parser_;
+  std::optional<boost::beast::http::request_parser<RequestBody>> parser_;
   std::shared_ptr<HttpResponse> response_;  // alive until written
   std::shared_ptr<boost::beast::http::response<boost::beast::http::empty_body>> continue_;
   ServerState& state_;

@@ -16,12 +16,13 @@
 #include "kcoral/blob_store.hpp"
 #include "kcoral/execute.hpp"
 #include "metrics.hpp"
+#include "request_body.hpp"
 #include "server_config.hpp"
 #include "worker_pool.hpp"
 
 namespace kcoral {
 
-using HttpRequest = boost::beast::http::request<boost::beast::http::string_body>;
+using HttpRequest = boost::beast::http::request<RequestBody>;
 using HttpResponse = boost::beast::http::response<boost::beast::http::string_body>;
 
 // What the router reads and updates; owned by the Server.
