@@ -12,7 +12,6 @@ namespace {
 namespace beast = boost::beast;
 namespace http = boost::beast::http;
 
-constexpr auto kWriteTimeout = std::chrono::seconds(600);  // a response
 constexpr auto kDrainTime = std::chrono::seconds(10);      // of a rejected body, in all
 constexpr std::size_t kHeaderLimit = 64 * 1024;
 constexpr std::size_t kDrainLimit = std::size_t{4} << 30;  // of a rejected body
@@ -40,19 +39,46 @@ HttpSession::HttpSession(boost::asio::ip::tcp::socket socket, ServerState& state
   ++state_.connections;
   beast::error_code ec;
   auto endpoint = stream_.socket().remote_endpoint(ec);
-  if (!ec) peer_ = endpoint.address().to_string() + ":" + std::to_string(endpoint.port());
+  if (!ec) {
+    address_ = endpoint.address().to_string();
+    peer_ = address_ + ":" + std::to_string(endpoint.port());
+  }
 }
 
 HttpSession::~HttpSession() { --state_.connections; }
 
 void HttpSession::run() {
+  if (!state_.token_digests.empty()) {
+    // Anonymous until a request shows a token: in the pool that keeps such connections
+    // from the slots of those that have (anonymous_connections.hpp).
+    auto ticket = state_.anonymous.admit(address_, [weak = weak_from_this()] {
+      if (auto self = weak.lock())
+        boost::asio::post(self->stream_.get_executor(), [self] { self->evicted(); });
+    });
+    if (!ticket) {
+      state_.metrics.record(Metrics::Guard::anonymous_per_address);
+      return close();
+    }
+    anonymous_ = std::move(*ticket);
+  }
   boost::asio::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->wait_for_request(); });
+}
+
+// Closed for a newer anonymous connection, unless a token came meanwhile.
+void HttpSession::evicted() {
+  if (!anonymous_.held()) return;
+  state_.metrics.record(Metrics::Guard::anonymous_evicted);
+  anonymous_.leave();
+  close();
 }
 
 // Waits for a request's first byte (the idle timeout), unless it is already here.
 void HttpSession::wait_for_request() {
   if (buffer_.size() > 0) return read_header();
-  stream_.expires_after(seconds_duration(overflow_ ? state_.config.header_timeout_seconds : state_.config.idle_timeout_seconds));
+  double idle_seconds = overflow_            ? state_.config.header_timeout_seconds
+                        : anonymous_.held() ? state_.config.anonymous_idle_timeout_seconds
+                                            : state_.config.idle_timeout_seconds;
+  stream_.expires_after(seconds_duration(idle_seconds));
   stream_.async_read_some(buffer_.prepare(4096), [self = shared_from_this()](beast::error_code ec, std::size_t n) {
     if (ec == beast::error::timeout) self->state_.metrics.record(Metrics::Guard::idle_timeout);
     if (ec) return self->close();
@@ -61,13 +87,45 @@ void HttpSession::wait_for_request() {
   });
 }
 
+// The whole header is read into the buffer before Beast parses it, so that its raw lines
+// can be checked for what Beast would accept silently: obs-fold (a field continued on a
+// line that starts with a space or a tab), which Beast unfolds, in Content-Length too.
+// RFC 9112 lets a server refuse it, and a request smuggler relies on servers that disagree
+// on what a folded field says.
 void HttpSession::read_header() {
   parser_.emplace();
   parser_->header_limit(kHeaderLimit);
   parser_->body_limit(state_.config.max_request_bytes);
   stream_.expires_after(seconds_duration(state_.config.header_timeout_seconds));
-  http::async_read_header(stream_, buffer_, *parser_,
-                          [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_header(ec); });
+  header_scanned_ = 0;
+  read_header_bytes();
+}
+
+void HttpSession::read_header_bytes() {
+  std::string_view buffered(static_cast<const char*>(buffer_.data().data()), buffer_.size());
+  // Searched from where the last search ended (less the three bytes an end may straddle).
+  std::size_t end = buffered.find("\r\n\r\n", header_scanned_ > 3 ? header_scanned_ - 3 : 0);
+  if (end == std::string_view::npos) {
+    header_scanned_ = buffered.size();
+    if (buffered.size() > kHeaderLimit) return on_header(http::error::header_limit);
+    return stream_.async_read_some(buffer_.prepare(4096), [self = shared_from_this()](beast::error_code ec, std::size_t n) {
+      if (ec) return self->on_header(ec == boost::asio::error::eof ? http::error::partial_message : ec);
+      self->buffer_.commit(n);
+      self->read_header_bytes();
+    });
+  }
+  std::string_view header = buffered.substr(0, end + 2);
+  bool folded = header.find("\n ") != std::string_view::npos || header.find("\n\t") != std::string_view::npos;
+  // All of it is in the buffer: Beast parses it without reading (a folded header too, so
+  // that its refusal is recorded with its target, as every other is).
+  http::async_read_header(stream_, buffer_, *parser_, [self = shared_from_this(), folded](beast::error_code ec,
+                                                                                          std::size_t) {
+    if (folded)  // whatever Beast made of it
+      return self->reject_and_close({ErrorKind::parse, "malformed HTTP request: a header field is folded onto a "
+                                                       "line that starts with a space or a tab (obs-fold); send "
+                                                       "each field on one line"});
+    self->on_header(ec);
+  });
 }
 
 void HttpSession::on_header(beast::error_code ec) {
@@ -92,12 +150,13 @@ void HttpSession::on_header(beast::error_code ec) {
                                                     " at once); retry"});
     }
   }
+  if (anonymous_.held() && shows_accepted_token(header, state_)) anonymous_.leave();
   if (auto refused = check_access(header, state_)) return reject_and_close(*refused);
   // Reserve before the client is told to send (100-continue) or anything is read.
   if (!reserve_body()) return reject_and_close(inflight_full());
   if (beast::iequals(header[http::field::expect], "100-continue")) {
     continue_ = std::make_shared<http::response<http::empty_body>>(http::status::continue_, header.version());
-    stream_.expires_after(kWriteTimeout);
+    stream_.expires_after(seconds_duration(state_.config.header_timeout_seconds));
     return http::async_write(stream_, *continue_, [self = shared_from_this()](beast::error_code ec, std::size_t) {
       if (ec) return self->close();
       self->start_body();
@@ -249,8 +308,7 @@ void HttpSession::write(HttpResponse response) {
   if (close_after_write_) response.keep_alive(false);
   held_.add(response.body().size());  // in memory already: counted, never refused
   response_ = std::make_shared<HttpResponse>(std::move(response));
-  stream_.expires_after(kWriteTimeout);
-  http::async_write(stream_, *response_, [self = shared_from_this()](beast::error_code ec, std::size_t) {
+  send_response([self = shared_from_this()](beast::error_code ec) {
     self->response_.reset();
     self->held_.release();
     if (self->answering_job_) {
@@ -259,6 +317,43 @@ void HttpSession::write(HttpResponse response) {
     }
     if (ec || self->close_after_write_) return self->close();
     self->wait_for_request();
+  });
+}
+
+// Writes response_ step by step, timed as bodies are read: every rate window must take at
+// least the minimum rate, or the reader is cut off (its answer dropped and counted), so
+// that a client that never reads cannot keep an answer in memory.
+void HttpSession::send_response(std::function<void(beast::error_code)> done) {
+  serializer_.emplace(*response_);
+  sent_ = std::move(done);
+  window_start_ = Clock::now();
+  window_bytes_ = 0;
+  send_some();
+}
+
+void HttpSession::send_some() {
+  const double window = state_.config.body_rate_window_seconds;
+  stream_.expires_after(seconds_duration(window));  // not one byte taken in a whole window
+  http::async_write_some(stream_, *serializer_, [self = shared_from_this(), window](beast::error_code ec,
+                                                                                    std::size_t bytes) {
+    auto too_slow = [&] {
+      self->state_.metrics.record(Metrics::Guard::slow_reader);
+      std::exchange(self->sent_, nullptr)(beast::error::timeout);
+    };
+    if (ec == beast::error::timeout) return too_slow();
+    if (ec) return std::exchange(self->sent_, nullptr)(ec);
+    self->window_bytes_ += bytes;
+    if (self->serializer_->is_done()) {
+      self->serializer_.reset();
+      return std::exchange(self->sent_, nullptr)({});
+    }
+    if (Clock::now() - self->window_start_ >= seconds_duration(window)) {
+      auto minimum = static_cast<std::uint64_t>(static_cast<double>(self->state_.config.min_body_bytes_per_second) * window);
+      if (self->window_bytes_ < minimum) return too_slow();
+      self->window_start_ = Clock::now();
+      self->window_bytes_ = 0;
+    }
+    self->send_some();
   });
 }
 
@@ -283,8 +378,7 @@ void HttpSession::reject_and_close(const Error& error, bool drain) {
     record_execute(state_, {request_id, peer_, static_cast<int>(response_->result_int()), "ERROR", {}, error.kind,
                             error.message, nullptr, {}, 0, 0, response_->body().size(), anonymous});
   }
-  stream_.expires_after(kWriteTimeout);
-  http::async_write(stream_, *response_, [self = shared_from_this(), drain](beast::error_code ec, std::size_t) {
+  send_response([self = shared_from_this(), drain](beast::error_code ec) {
     if (ec || !drain) return self->close();
     self->drain_then_close();
   });

@@ -24,6 +24,7 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -45,7 +46,9 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   using Clock = std::chrono::steady_clock;
 
   void wait_for_request();
+  void evicted();
   void read_header();
+  void read_header_bytes();
   void on_header(boost::beast::error_code ec);
   void start_body();
   void read_body();
@@ -57,6 +60,8 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   void on_watch(boost::beast::error_code ec, std::size_t bytes);
   void answer_job(HttpResponse response);
   void write(HttpResponse response);
+  void send_response(std::function<void(boost::beast::error_code)> done);
+  void send_some();
   void reject_and_close(const Error& error, bool drain = true);
   void drain_then_close();
   void drain(std::size_t drained);
@@ -66,11 +71,17 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   boost::beast::flat_buffer buffer_;
   std::optional<boost::beast::http::request_parser<RequestBody>> parser_;
   std::shared_ptr<HttpResponse> response_;  // alive until written
+  std::optional<boost::beast::http::response_serializer<boost::beast::http::string_body>> serializer_;
+  std::function<void(boost::beast::error_code)> sent_;  // what follows the response's write
+  std::size_t header_scanned_ = 0;  // bytes of the buffer searched for the header's end
   std::shared_ptr<boost::beast::http::response<boost::beast::http::empty_body>> continue_;
   ServerState& state_;
   const bool overflow_;
   std::string peer_;  // the client's address and port
   InflightBytes::Reservation held_;  // this request's bytes, until its response is written
+  std::string address_;              // the client's address alone, for the anonymous pool
+  // Held while, on a server with tokens, no request on this connection has shown one.
+  AnonymousConnections::Ticket anonymous_;
   Clock::time_point window_start_;   // the body rate's current window
   std::uint64_t window_bytes_ = 0;
   // A body read's own timer: unlike the stream's timeout, it leaves the socket open, so a

@@ -132,13 +132,31 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   clients
+      ->add_option("--max-anonymous-connections", config.max_anonymous_connections,
+                   "With --token-file: connections that have not shown an accepted token yet, in all; past it, "
+                   "the longest-held of them is closed for a newcomer, and connections with a token are never "
+                   "touched (0: a quarter of --max-connections)")
+      ->capture_default_str();
+  clients
+      ->add_option("--max-anonymous-per-address", config.max_anonymous_per_address,
+                   "With --token-file: such connections from one address; a further one is closed at once")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  clients
+      ->add_option("--anonymous-idle-timeout-seconds", config.anonymous_idle_timeout_seconds,
+                   "With --token-file: how long such a connection may wait for a request, its first included")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  clients
       ->add_option("--min-body-bytes-per-second", config.min_body_bytes_per_second,
-                   "Slowest body upload kept: a body that brings fewer bytes than this per second, over any "
-                   "window below, is answered 408 and its connection closed")
+                   "Slowest body kept, either way: a request body that brings fewer bytes than this per second, "
+                   "over any window below, is answered 408 and its connection closed; a response read slower is "
+                   "cut off and dropped")
       ->capture_default_str();
   clients
       ->add_option("--body-rate-window-seconds", config.body_rate_window_seconds,
-                   "The window over which the body rate is measured")
+                   "The window over which the body rate is measured (also the longest a response may wait for "
+                   "its reader to take a byte)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   clients

@@ -37,10 +37,15 @@ class Metrics {
     header_timeout,         // a header not complete in time
     slow_body,              // a body slower than the minimum rate: 408
     inflight_full,          // the in-flight byte budget could not take a request: 503
+    slow_reader,            // a response read slower than the minimum rate: cut off, answer dropped
+    anonymous_per_address,  // with tokens: a connection past its address's anonymous ones, closed
+    anonymous_evicted,      // with tokens: the longest-held anonymous connection, closed for a newcomer
   };
-  static constexpr std::array<std::string_view, 6> kGuards{"over_connection_limit", "accept_backoff",
+  static constexpr std::array<std::string_view, 9> kGuards{"over_connection_limit", "accept_backoff",
                                                            "idle_timeout",          "header_timeout",
-                                                           "slow_body",             "inflight_full"};
+                                                           "slow_body",             "inflight_full",
+                                                           "slow_reader",           "anonymous_per_address",
+                                                           "anonymous_evicted"};
 
   // The outcomes of POST /execute, as label values.
   static constexpr std::array<std::string_view, 12> kOutcomes{

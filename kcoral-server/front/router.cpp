@@ -220,30 +220,34 @@ void record_execute(ServerState& state, const ExecuteRecord& record) {
   log->write(line.dump(-1, ' ', true, Json::error_handler_t::replace));
 }
 
-std::optional<Error> check_access(const http::request_header<>& header, const ServerState& state) {
-  if (state.token_digests.empty()) return std::nullopt;
-  std::string_view target(header.target().data(), header.target().size());
-  target = target.substr(0, target.find('?'));
-  if (target == "/health" && header.method() == http::verb::get) return std::nullopt;
-  Error refused{ErrorKind::unauthorized,
-                "this server needs a bearer token: send `Authorization: Bearer <token>` (kcoral.Client takes "
-                "token= or the KCORAL_TOKEN environment variable)"};
+bool shows_accepted_token(const http::request_header<>& header, const ServerState& state) {
   auto [first, last] = header.equal_range(http::field::authorization);
-  if (first == last || std::next(first) != last) return refused;
+  if (state.token_digests.empty() || first == last || std::next(first) != last) return false;
   std::string_view value(first->value().data(), first->value().size());
   constexpr std::string_view kScheme = "Bearer ";
   if (value.size() <= kScheme.size() ||
       !boost::beast::iequals(boost::beast::string_view(value.data(), kScheme.size()),
                              boost::beast::string_view(kScheme.data(), kScheme.size())))
-    return refused;
+    return false;
   // Digests of equal length, compared in constant time: how far a guess matches stays hidden.
   std::string digest = sha256_hex(value.substr(kScheme.size()));
   bool accepted = false;
   for (const std::string& known : state.token_digests)
     accepted |= CRYPTO_memcmp(known.data(), digest.data(), digest.size()) == 0;
-  if (accepted) return std::nullopt;
-  refused.message = "the bearer token is not one this server accepts";
-  return refused;
+  return accepted;
+}
+
+std::optional<Error> check_access(const http::request_header<>& header, const ServerState& state) {
+  if (state.token_digests.empty()) return std::nullopt;
+  std::string_view target(header.target().data(), header.target().size());
+  target = target.substr(0, target.find('?'));
+  if (target == "/health" && header.method() == http::verb::get) return std::nullopt;
+  if (shows_accepted_token(header, state)) return std::nullopt;
+  bool sent = header.find(http::field::authorization) != header.end();
+  return Error{ErrorKind::unauthorized,
+               sent ? "the bearer token is not one this server accepts (send `Authorization: Bearer <token>`)"
+                    : "this server needs a bearer token: send `Authorization: Bearer <token>` (kcoral.Client takes "
+                      "token= or the KCORAL_TOKEN environment variable)"};
 }
 
 Result<std::vector<std::string>> read_token_file(const std::string& path) {

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "anonymous_connections.hpp"
 #include "event_log.hpp"
 #include "execute_job.hpp"
 #include "inflight_bytes.hpp"
@@ -43,6 +44,10 @@ struct ServerState {
   EventLog* anonymous_log = nullptr;         // --log-dir with --token-file: records without a token
   std::atomic<std::size_t> connections{0};  // HttpSessions alive
   InflightBytes inflight{config.max_inflight_bytes};
+  // With tokens: the connections that have shown none yet.
+  AnonymousConnections anonymous{config.max_anonymous_connections != 0 ? config.max_anonymous_connections
+                                                                        : std::max<std::size_t>(1, config.max_connections / 4),
+                                 config.max_anonymous_per_address};
   ExecuteSettings execute{config.default_timeout_seconds, config.max_timeout_seconds,
                           config.default_output_limit_bytes, config.max_output_limit_bytes,
                           config.max_response_bytes};
@@ -85,6 +90,8 @@ void record_execute(ServerState& state, const ExecuteRecord& record);
 // before any body is read.
 [[nodiscard]] std::optional<Error> check_access(const boost::beast::http::request_header<>& header,
                                                 const ServerState& state);
+// Whether the header carries one of the --token-file tokens (compared in constant time).
+[[nodiscard]] bool shows_accepted_token(const boost::beast::http::request_header<>& header, const ServerState& state);
 // The accepted tokens' digests, read from a token file (one token per line, blank lines
 // and surrounding spaces ignored).
 [[nodiscard]] Result<std::vector<std::string>> read_token_file(const std::string& path);

@@ -44,7 +44,12 @@ struct ServerConfig {
   std::uint64_t max_inflight_bytes = 1ull << 30;  // request bodies held at once, server-wide
   double idle_timeout_seconds = 75;               // a kept-alive connection with no request
   double header_timeout_seconds = 10;             // a request's first byte to its last header byte
-  std::uint64_t min_body_bytes_per_second = 16384;
+  // With --token-file: connections that have shown no accepted token yet
+  // (anonymous_connections.hpp). 0: a quarter of max_connections.
+  std::size_t max_anonymous_connections = 0;
+  std::size_t max_anonymous_per_address = 32;
+  double anonymous_idle_timeout_seconds = 5;  // their wait for a request, the first one too
+  std::uint64_t min_body_bytes_per_second = 16384;  // request bodies, and responses
   double body_rate_window_seconds = 10;
   double shutdown_grace_seconds = 30;
   std::size_t io_threads = 0;  // 0: from the core count

@@ -9,20 +9,16 @@ attack's own report, the victim's result, and the server and machine from outsid
 
 from __future__ import annotations
 
-import hashlib
 import os
-import threading
 import time
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import pytest
 from e2e.harness import Server, pids_with, wait_until
 from e2e.programs import call
-from kcoral import Program
 
-from adversarial.attacks import ATTACKS, VICTIM
+from adversarial.attacks import ATTACKS
+from adversarial.victim import assert_serves, victim_beside
 
 pytestmark = pytest.mark.slow
 
@@ -37,40 +33,6 @@ def sandboxed(start_module_server) -> Server:
 def attack(server: Server, name: str, *args, **options):
     result = server.execute(call(ATTACKS, name, *args), read_timeout_s=60, **options)
     return result
-
-
-@contextmanager
-def victim_beside(server: Server, seconds: float = 2.0) -> Iterator[str]:
-    """Runs a victim program of another client while the block runs; checks that it
-    completed with its own result. Yields its secret token."""
-    token = uuid.uuid4().hex
-    blob = f"blob of {token}".encode()
-    program = Program()
-    module = program.upload(id="m", kind="module", source=VICTIM)
-    data = program.upload(id="data", kind="bytes", value=blob)
-    fn = program.get_function(id="f", module=module, name="victim")
-    program.return_(key="out", value=program.run(id="r", fn=fn, args=[token, data, seconds]))
-    outcome: dict = {}
-
-    def run() -> None:
-        try:
-            outcome["result"] = server.execute(program, read_timeout_s=60)
-        except Exception as error:  # reported below
-            outcome["error"] = error
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    time.sleep(0.5)  # the victim is running (it holds its secret for `seconds`)
-    yield token
-    thread.join(timeout=90)
-    assert "error" not in outcome, outcome.get("error")
-    result = outcome["result"]
-    assert result.status == "COMPLETED", result.error
-    assert result["out"] == {"token": token, "blob": hashlib.sha256(blob).hexdigest()}
-
-
-def assert_serves(server: Server) -> None:
-    assert server.execute(call("def f():\n    return 'fine'\n", "f")).raise_for_error()["out"] == "fine"
 
 
 # -- the channel to the front ------------------------------------------------------------

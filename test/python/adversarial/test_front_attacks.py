@@ -1,0 +1,275 @@
+"""Attacks on the front itself: what a worker sends it, what clients make it hold, and who
+may take its connections. Each runs against a real server while another client's program
+runs beside it and must complete with its own result; then the server must still serve.
+
+- a program's worker is its own: a program can lift Python's limit on integer digits, or
+  replace the worker's encoder of returned values (as ctypes could patch anything in the
+  process) and send the front numbers of megabytes, nesting a million deep, or text that
+  would break the response's JSON;
+- small requests naming a large cached blob make the front copy it for each program: the
+  copies are held to the in-flight budget;
+- a client that never reads a large answer is cut off within seconds;
+- a header folded onto a continuation line (obs-fold) is refused, Content-Length included;
+- with tokens, connections without one cannot take the slots of those with one.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+
+import pytest
+from e2e.harness import Server, wait_until
+from e2e.programs import call
+from kcoral import EngineError, Program, ProtocolError, ServerBusy
+
+from adversarial.victim import assert_serves, victim_beside
+
+pytestmark = pytest.mark.slow
+
+MiB = 1 << 20
+
+# The program replaces the worker's encoder of returned values: from then on, what the
+# front receives as this program's returned values is the text `shape` makes. Built in the
+# worker, so that megabytes need not travel in the request.
+PATCHED_ENCODER = r'''
+import sys
+
+SHAPES = {
+    "typed_tree_200000_deep": lambda: '{"type":"array","value":[' * 200000 + "]}" * 200000,
+    "arrays_million_deep": lambda: "[" * 1000000 + "]" * 1000000,
+    "integer_of_4_mb": lambda: '{"type":"integer","value":' + "7" * (4 << 20) + "}",
+    "string_of_16_mb": lambda: '{"type":"string","value":"' + "x" * (16 << 20) + '"}',
+    "breaks_out": lambda: '{"type":"null"}},"status":"COMPLETED","x":{"y":1',
+    "unterminated": lambda: '{"type":"string","value":"' + "\\u00e9" * 100000,
+}
+
+def patch(shape):
+    text = SHAPES[shape]().encode()
+    support = sys.modules["_kcoral_executor"]
+    support.encode_value = lambda value, key, first_part, budget_bytes: (text, [])
+    return None
+'''
+
+BIG_INT = r'''
+import sys
+
+def big():
+    sys.set_int_max_str_digits(0)
+    return 10 ** 39999
+'''
+
+
+@pytest.fixture(scope="module")
+def front(start_module_server) -> Server:
+    return start_module_server("--num-workers", "2", "--queue-timeout-seconds", "60")
+
+
+def patched(shape: str) -> Program:
+    return call(PATCHED_ENCODER, "patch", shape)
+
+
+# -- what a worker sends -----------------------------------------------------------------------
+
+
+def test_an_integer_of_40000_digits_fails_its_return_and_the_server_lives(front):
+    with victim_beside(front):
+        result = front.execute(call(BIG_INT, "big"))
+    assert result.status == "FAILED"
+    assert result.error["kind"] == "serialization"
+    assert "more than 4300 digits" in result.error["message"]
+    assert result.error["instruction_op"] == "return"
+    assert_serves(front)
+
+
+@pytest.mark.parametrize("shape", ["typed_tree_200000_deep", "arrays_million_deep"])
+def test_values_nested_past_the_limit_fail_the_program_as_serialization(front, shape):
+    with victim_beside(front):
+        result = front.execute(patched(shape), read_timeout_s=120)
+    assert result.status == "FAILED"
+    assert result.error["kind"] == "serialization"
+    assert "return 'out': returned values nested deeper than 256 levels" in result.error["message"]
+    assert (result.error["instruction_op"], result.error["instruction_index"]) == ("return", 3)
+    assert_serves(front)
+
+
+def test_a_number_of_megabytes_passes_the_front_and_the_client_refuses_it_cleanly(front):
+    with victim_beside(front):
+        with pytest.raises(ProtocolError, match="digits"):
+            front.execute(patched("integer_of_4_mb"), read_timeout_s=120)
+    assert_serves(front)
+
+
+def test_a_string_of_16_mb_passes_whole(front):
+    with victim_beside(front):
+        result = front.execute(patched("string_of_16_mb"), read_timeout_s=120)
+    assert result.raise_for_error()["out"] == "x" * (16 << 20)
+
+
+@pytest.mark.parametrize("shape", ["breaks_out", "unterminated"])
+def test_text_that_would_break_the_response_is_an_engine_error(front, shape):
+    with victim_beside(front):
+        with pytest.raises(EngineError, match="broke the channel protocol"):
+            front.execute(patched(shape))
+    assert_serves(front)
+
+
+# -- what clients make the front hold ----------------------------------------------------------
+
+
+SLOW_LENGTH = r'''
+import time
+
+def slow_length(data, seconds):
+    time.sleep(seconds)
+    return len(data)
+'''
+
+
+def length_of(*blobs: bytes, seconds: float = 0) -> Program:
+    program = Program()
+    module = program.upload(id="m", kind="module", source=SLOW_LENGTH)
+    fn = program.get_function(id="f", module=module, name="slow_length")
+    for i, blob in enumerate(blobs):
+        data = program.upload(id=f"b{i}", kind="bytes", value=blob)
+        program.return_(key=f"len{i}", value=program.run(id=f"r{i}", fn=fn, args=[data, seconds]))
+    return program
+
+
+def test_small_requests_naming_a_large_cached_blob_are_held_to_the_budget(start_server):
+    server = start_server("--num-workers", "6", "--max-inflight-bytes", str(300 * MiB),
+                          "--max-request-bytes", str(200 * MiB))
+    large = os.urandom(100 * MiB)
+    # Uploaded with another blob: both in one memfd, so a program naming the large one
+    # alone needs a copy of its own (it must not see the other).
+    assert server.execute(length_of(large, b"another"), read_timeout_s=120).raise_for_error()["len0"] == len(large)
+    outcomes: list[object] = []
+
+    def name_it() -> None:
+        try:  # the request carries no blob: the server has it
+            outcomes.append(server.execute(length_of(large, seconds=3), read_timeout_s=120).raise_for_error()["len0"])
+        except ServerBusy as error:
+            outcomes.append(error)
+
+    most_held = 0.0
+    with victim_beside(server, seconds=4):
+        threads = [threading.Thread(target=name_it) for _ in range(6)]
+        for thread in threads:
+            thread.start()
+        while any(thread.is_alive() for thread in threads):
+            most_held = max(most_held, server.metric("kcoral_inflight_bytes"))
+            time.sleep(0.05)
+    busy = [outcome for outcome in outcomes if isinstance(outcome, ServerBusy)]
+    assert busy, outcomes  # six copies of 100 MiB do not fit 300 MiB
+    assert all("bytes of cached blobs" in str(error) for error in busy)
+    assert len(large) in outcomes
+    assert most_held <= 300 * MiB
+    assert wait_until(lambda: server.metric("kcoral_inflight_bytes") == 0, 10)
+
+
+LARGE_ANSWER = r'''
+def large(n):
+    return bytes(n)
+'''
+
+
+def test_a_client_that_never_reads_its_answer_is_cut_off_within_seconds(start_server):
+    server = start_server("--num-workers", "2", "--min-body-bytes-per-second", str(1 * MiB),
+                          "--body-rate-window-seconds", "1")
+    content_type, body = call(LARGE_ANSWER, "large", 64 * MiB).to_request()
+    sock = socket.create_connection((server.host, server.port), timeout=30)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.sendall(f"POST /execute HTTP/1.1\r\nHost: x\r\nContent-Type: {content_type}\r\n"
+                 f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+    with victim_beside(server):
+        # The answer is written, then stalls: the reader takes nothing.
+        assert wait_until(lambda: server.metric('kcoral_guard_events_total{event="slow_reader"}') == 1, 30)
+    assert wait_until(lambda: server.metric("kcoral_inflight_bytes") == 0, 5)
+    sock.close()
+    assert_serves(server)
+
+
+# -- what a header may say ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("folded", [
+    b"POST /execute HTTP/1.1\r\nHost: x\r\nContent-Length:\r\n 10\r\n\r\n0123456789",  # Beast would read 10
+    b"POST /execute HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n 0\r\n\r\n0123456789",
+    b"GET /health HTTP/1.1\r\nHost: x\r\nX-Note: one\r\n\ttwo\r\n\r\n",
+])
+def test_a_folded_header_is_refused(front, folded):
+    with socket.create_connection((front.host, front.port), timeout=10) as sock:
+        sock.sendall(folded)
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 400 "), answer[:200]
+    assert b"obs-fold" in answer
+    assert front.get("/health").status_code == 200
+
+
+# -- who may hold the connections ----------------------------------------------------------------
+
+
+def open_idle(server: Server, source: str) -> socket.socket | None:
+    """A connection from `source` (an address of 127/8) kept alive with GET /health; None
+    when the server closed it at once."""
+    sock = socket.socket()
+    sock.settimeout(5)
+    sock.bind((source, 0))
+    sock.connect((server.host, server.port))
+    try:
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        if not sock.recv(65536):
+            sock.close()
+            return None
+    except OSError:
+        sock.close()
+        return None
+    return sock
+
+
+def test_connections_without_a_token_cannot_lock_out_those_with_one(start_server, tmp_path):
+    tokens = tmp_path / "tokens"
+    tokens.write_text("the-token\n")
+    tokens.chmod(0o600)
+    server = start_server("--num-workers", "2", "--token-file", str(tokens), "--max-connections", "200",
+                          "--max-anonymous-connections", "40", "--max-anonymous-per-address", "8",
+                          "--anonymous-idle-timeout-seconds", "3")
+    # A connection that has shown the token, kept alive through the flood below.
+    kept = socket.create_connection((server.host, server.port), timeout=10)
+    kept.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer the-token\r\n\r\n")
+    assert kept.recv(65536).startswith(b"HTTP/1.1 200 ")
+
+    with victim_beside(server, seconds=6, token="the-token"):
+        # One address: past 8 connections, the rest are closed at once.
+        from_one = [open_idle(server, "127.0.0.2") for _ in range(30)]
+        assert sum(sock is not None for sock in from_one) <= 8
+        # Many addresses: 30 x 8 anonymous connections churn a pool of 40.
+        flood = [open_idle(server, f"127.0.1.{i}") for i in range(1, 31) for _ in range(8)]
+        # A token holder still connects and runs its program.
+        assert_serves(server, token="the-token")
+        kept.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer the-token\r\n\r\n")
+        assert kept.recv(65536).startswith(b"HTTP/1.1 200 ")
+    evicted = 'kcoral_guard_events_total{event="anonymous_evicted"}'
+    per_address = 'kcoral_guard_events_total{event="anonymous_per_address"}'
+    with server.http() as http:
+        metrics = http.get("/metrics", headers={"Authorization": "Bearer the-token"}).text
+    counts = {line.split()[0]: float(line.split()[1]) for line in metrics.splitlines() if line.startswith("kcoral_guard")}
+    assert counts[per_address] >= 22
+    assert counts[evicted] >= 150
+    # Idle anonymous connections are closed within seconds; the one with a token is not.
+    survivors = [sock for sock in from_one + flood if sock is not None]
+    time.sleep(4)
+    for sock in survivors:
+        sock.settimeout(0.5)
+        try:
+            assert sock.recv(65536) == b""
+        except ConnectionResetError:
+            pass
+        sock.close()
+    kept.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer the-token\r\n\r\n")
+    assert kept.recv(65536).startswith(b"HTTP/1.1 200 ")
+    kept.close()
