@@ -37,8 +37,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 BUILD = ROOT / "build" / "fuzz"
 # Slowest first, so that the longest run starts at once.
-TARGETS = ["response_codec_fuzzer", "program_fuzzer", "execute_request_fuzzer", "multipart_fuzzer",
-           "wire_decode_fuzzer", "returned_values_fuzzer"]
+TARGETS = ["large_frame_fuzzer", "large_values_fuzzer", "response_codec_fuzzer", "program_fuzzer",
+           "execute_request_fuzzer", "multipart_fuzzer", "wire_decode_fuzzer", "returned_values_fuzzer"]
 FINDINGS = {"crash": "crashes", "leak": "leaks", "timeout": "timeouts", "oom": "ooms"}
 
 

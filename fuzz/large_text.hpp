@@ -3,11 +3,12 @@
 // millions of escapes, nesting a million deep, floods of values.
 //
 // The input is a list of steps of three bytes: what to write (the first byte's five low
-// bits), and how many times: up to 4095 (the second byte, and the third's four low bits),
-// or 1024 times as many when the three high bits of the first byte and the four high bits
-// of the third are all set. So random inputs are mostly kilobytes, fast to judge, with
-// megabytes among them (one step in 128). A step that copies input writes up to 63 of the
-// bytes that follow it instead. The text stops growing at kMaxLargeText.
+// bits) and how many times. Most steps are short, so that random inputs stay mostly small
+// and fast to judge, with megabytes among them: up to 255 times (the second byte); up to
+// 4095 when the first byte's three high bits are set (with the third byte's low four
+// bits); 256 times that when the third byte's four high bits are set too (one step in
+// 128). A step that copies input writes up to 63 of the bytes that follow it instead. The
+// text stops growing at `max_bytes` (kMaxLargeText by default).
 //
 //   std::string text = kcoral::fuzz::large_text(data, size);
 #pragma once
@@ -23,7 +24,7 @@ namespace kcoral::fuzz {
 
 inline constexpr std::size_t kMaxLargeText = std::size_t{4} << 20;
 
-inline std::string large_text(const std::uint8_t* data, std::size_t size) {
+inline std::string large_text(const std::uint8_t* data, std::size_t size, std::size_t max_bytes = kMaxLargeText) {
   // Pieces of JSON that, repeated, make the shapes named above (and their broken forms).
   static constexpr std::string_view kPieces[] = {
       "[",  "]",  R"({"k":)", "}",  "7",  "0",  R"(")", "x",  R"(\u00e9)", R"(\ud83d\ude00)",
@@ -33,10 +34,13 @@ inline std::string large_text(const std::uint8_t* data, std::size_t size) {
   constexpr std::size_t kCopy = std::size(kPieces);  // the step that copies input bytes
   std::string text;
   std::size_t at = 0;
-  while (at + 3 <= size && text.size() < kMaxLargeText) {
+  while (at + 3 <= size && text.size() < max_bytes) {
     std::uint8_t what = data[at];
-    std::size_t times = std::size_t{data[at + 1]} | (std::size_t{data[at + 2] & 0x0Fu} << 8);
-    if ((what & 0xE0) == 0xE0 && (data[at + 2] & 0xF0) == 0xF0) times *= 1024;
+    std::size_t times = data[at + 1];
+    if ((what & 0xE0) == 0xE0) {
+      times |= std::size_t{data[at + 2] & 0x0Fu} << 8;
+      if ((data[at + 2] & 0xF0) == 0xF0) times *= 256;
+    }
     at += 3;
     std::size_t step = (what & 0x1F) % (kCopy + 1);
     if (step == kCopy) {
@@ -46,7 +50,7 @@ inline std::string large_text(const std::uint8_t* data, std::size_t size) {
       continue;
     }
     std::string_view piece = kPieces[step];
-    std::size_t bytes = std::min(times, (kMaxLargeText - text.size()) / piece.size()) * piece.size();
+    std::size_t bytes = std::min(times, (max_bytes - text.size()) / piece.size()) * piece.size();
     if (bytes == 0) continue;
     // Doubling what is written so far: a few copies, not one call per piece.
     std::size_t start = text.size();

@@ -197,12 +197,14 @@ def recipe(*steps: tuple[str, int]) -> bytes:
     out = bytearray()
     for piece, times in steps:
         what = PIECES.index(piece)
-        while times >= 1024:  # large steps: 1024 x up to 4095
-            count = min(times // 1024, 0xFFF)
+        while times >= 256 * 16:  # large steps: 256 x up to 4095
+            count = min(times // 256, 0xFFF)
             out += bytes([what | 0xE0, count & 0xFF, 0xF0 | count >> 8])
-            times -= count * 1024
-        if times:
-            out += bytes([what, times & 0xFF, times >> 8])
+            times -= count * 256
+        while times > 0:  # up to 4095 a step
+            count = min(times, 0xFFF)
+            out += bytes([what | 0xE0, count & 0xFF, count >> 8])
+            times -= count
     return bytes(out)
 
 
