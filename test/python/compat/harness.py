@@ -124,12 +124,29 @@ def wire(program: Any) -> dict[str, Any]:
     return {"instructions": program.instructions, "blobs": sorted(blobs)}
 
 
+class _Tee(httpx.SyncByteStream):
+    """A response's byte stream that hands what passed through it to `done` at its end."""
+
+    def __init__(self, stream: Any, done: Any) -> None:
+        self._stream, self._done, self._chunks = stream, done, []
+
+    def __iter__(self) -> Iterator[bytes]:
+        for chunk in self._stream:
+            self._chunks.append(chunk)
+            yield chunk
+        self._done(b"".join(self._chunks))
+
+    def close(self) -> None:
+        self._stream.close()
+
+
 @contextlib.contextmanager
 def http_trace() -> Iterator[list[dict[str, Any]]]:
     """Record every POST /execute this process sends through httpx while active.
 
     Patches ``httpx.Client.send``, which both clients use; not thread-safe, so only one
-    traced case may run at a time in a process.
+    traced case may run at a time in a process. A response the client streams (ours reads
+    its answers as they arrive, bounded) is recorded as the client reads it.
     """
     attempts: list[dict[str, Any]] = []
     original = httpx.Client.send
@@ -138,17 +155,23 @@ def http_trace() -> Iterator[list[dict[str, Any]]]:
         response = original(self, request, **kwargs)
         if request.url.path == "/execute":
             body = request.read()
-            status = missing = None
-            if response.headers.get("content-type", "").startswith("application/json"):
-                document = json.loads(response.content)
-                status = document.get("status")
-                if status == "CACHE_MISS":
-                    missing = len(document.get("missing_blobs", []))
-            elif response.status_code == 200:
-                status = "multipart"
-            attempts.append({"blob_parts": body.count(b'name="blob:'),
-                             "http_status": response.status_code, "status": status,
-                             "missing": missing})
+            attempt = {"blob_parts": body.count(b'name="blob:'), "http_status": response.status_code,
+                       "status": None, "missing": None}
+            attempts.append(attempt)
+
+            def record(content: bytes) -> None:
+                if response.headers.get("content-type", "").startswith("application/json"):
+                    document = json.loads(content)
+                    attempt["status"] = document.get("status")
+                    if attempt["status"] == "CACHE_MISS":
+                        attempt["missing"] = len(document.get("missing_blobs", []))
+                elif response.status_code == 200:
+                    attempt["status"] = "multipart"
+
+            if kwargs.get("stream"):
+                response.stream = _Tee(response.stream, record)
+            else:
+                record(response.content)
         return response
 
     httpx.Client.send = send  # type: ignore[method-assign]
