@@ -33,7 +33,8 @@ template <>
 inline constexpr auto kFields<Forked> = std::tuple{Field{"pid", &Forked::pid}};
 template <>
 inline constexpr auto kFields<Exited> = std::tuple{Field{"pid", &Exited::pid}, Field{"exit_code", &Exited::exit_code},
-                                                   Field{"signal", &Exited::signal}};
+                                                   Field{"signal", &Exited::signal},
+                                                   Field{"out_of_memory", &Exited::out_of_memory}};
 template <>
 inline constexpr auto kFields<ZygoteFailed> = std::tuple{Field{"message", &ZygoteFailed::message}};
 template <>

@@ -41,11 +41,14 @@ struct ZygoteReady {
 struct Forked {
   std::int64_t pid = 0;
 };
-// zygote -> front: a worker ended (exit code or signal) and was reaped.
+// zygote -> front: a worker ended (exit code or signal) and was reaped; `out_of_memory`
+// (true, or absent) when its program's processes ran out of their memory limit together
+// and were killed for it.
 struct Exited {
   std::int64_t pid = 0;
   std::optional<std::int64_t> exit_code;
   std::optional<std::int64_t> signal;
+  std::optional<bool> out_of_memory;
 };
 // zygote -> front: the zygote cannot go on (it exits after this).
 struct ZygoteFailed {

@@ -38,7 +38,8 @@ struct ExecuteJob {
   using Clock = std::chrono::steady_clock;
 
   std::string request_id;
-  std::string client;  // the peer's address, for the event log
+  std::size_t tenant = 0;  // whose program it is: an index into the server's Tenants
+  std::string client;      // the peer's address, for the event log
   std::uint64_t request_bytes = 0;
   std::string program_json;  // as received; the worker parses it again
   Program program;

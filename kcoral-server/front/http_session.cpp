@@ -48,7 +48,7 @@ HttpSession::HttpSession(boost::asio::ip::tcp::socket socket, ServerState& state
 HttpSession::~HttpSession() { --state_.connections; }
 
 void HttpSession::run() {
-  if (!state_.token_digests.empty()) {
+  if (state_.tenants.need_tokens()) {
     // Anonymous until a request shows a token: in the pool that keeps such connections
     // from the slots of those that have (anonymous_connections.hpp).
     auto ticket = state_.anonymous.admit(address_, [weak = weak_from_this()] {
@@ -150,8 +150,11 @@ void HttpSession::on_header(beast::error_code ec) {
                                                     " at once); retry"});
     }
   }
-  if (anonymous_.held() && shows_accepted_token(header, state_)) anonymous_.leave();
+  tenant_ = tenant_of(header, state_);
+  if (anonymous_.held() && tenant_) anonymous_.leave();
   if (auto refused = check_access(header, state_)) return reject_and_close(*refused);
+  // Its bytes are its tenant's too (a /health without a token: the server's alone).
+  held_.set_tenant(tenant_ ? state_.tenant_inflight.at(*tenant_).get() : nullptr);
   // Reserve before the client is told to send (100-continue) or anything is read.
   if (!reserve_body()) return reject_and_close(inflight_full());
   if (beast::iequals(header[http::field::expect], "100-continue")) {
@@ -166,6 +169,12 @@ void HttpSession::on_header(beast::error_code ec) {
 }
 
 Error HttpSession::inflight_full() {
+  if (held_.tenant_refused()) {
+    state_.metrics.record(Metrics::Guard::tenant_inflight_full);
+    return {ErrorKind::busy, "your requests in flight hold too many bytes at once (one tenant may hold " +
+                                 std::to_string(state_.tenant_inflight.at(*tenant_)->limit()) +
+                                 " bytes, --max-inflight-bytes-per-tenant); retry once some of them are answered"};
+  }
   state_.metrics.record(Metrics::Guard::inflight_full);
   return {ErrorKind::busy, "the server holds too many request bytes at once (its budget is " +
                                std::to_string(state_.inflight.limit()) + " bytes); retry"};
@@ -239,7 +248,8 @@ void HttpSession::handle(HttpRequest request) {
   // Copies the blob store makes for this program are this request's bytes too.
   RouteResult routed = route(request, state_, peer_, [this](std::uint64_t bytes) {
     if (held_.grow_to(held_.held() + bytes)) return true;
-    state_.metrics.record(Metrics::Guard::inflight_full);
+    state_.metrics.record(held_.tenant_refused() ? Metrics::Guard::tenant_inflight_full
+                                                 : Metrics::Guard::inflight_full);
     return false;
   });
   if (routed.response) return write(std::move(*routed.response));
@@ -258,7 +268,7 @@ void HttpSession::handle(HttpRequest request) {
         record_execute(self->state_, {job->request_id, job->client, 0, "", "abandoned", ErrorKind::busy,
                                       "the client went away before its answer", &job->program, outcome.timings,
                                       std::chrono::duration<double>(Clock::now() - job->received).count(),
-                                      job->request_bytes, 0});
+                                      job->request_bytes, 0, job->tenant});
         self->answering_job_ = false;
         --self->state_.responses_pending;
         return self->close();
@@ -373,10 +383,11 @@ void HttpSession::reject_and_close(const Error& error, bool drain) {
   if (error.kind == ErrorKind::timeout) response_->result(http::status::request_timeout);
   if (parser_ && parser_->get().target().starts_with("/execute")) {
     // Anonymous unless the fields parsed so far carry an accepted token (an open server's
-    // check accepts all): who shows none must not rotate the clients' lines away.
-    bool anonymous = error.kind == ErrorKind::unauthorized || check_access(parser_->get(), state_).has_value();
+    // one tenant is everyone's): who shows none must not rotate the clients' lines away.
+    std::optional<std::size_t> tenant =
+        error.kind == ErrorKind::unauthorized ? std::nullopt : tenant_of(parser_->get(), state_);
     record_execute(state_, {request_id, peer_, static_cast<int>(response_->result_int()), "ERROR", {}, error.kind,
-                            error.message, nullptr, {}, 0, 0, response_->body().size(), anonymous});
+                            error.message, nullptr, {}, 0, 0, response_->body().size(), tenant});
   }
   send_response([self = shared_from_this(), drain](beast::error_code ec) {
     if (ec || !drain) return self->close();

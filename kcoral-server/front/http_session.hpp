@@ -7,7 +7,8 @@
 //   - the body, read step by step, must bring at least the minimum rate over every window
 //     (bytes per second, not one deadline for the whole body): else 408, and close;
 //   - before a body is held, its bytes are reserved in the server-wide in-flight budget
-//     (the declared length, or a chunked body's next growth): else 503 with Retry-After.
+//     and in its tenant's part of it (the declared length, or a chunked body's next
+//     growth): else 503 with Retry-After.
 // While a program runs, the session watches its connection: a client that goes away
 // (closes or resets) has its program taken from the queue, or killed if it runs, so that
 // nobody can fill the queue with programs whose answers nobody will read.
@@ -79,6 +80,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   const bool overflow_;
   std::string peer_;  // the client's address and port
   InflightBytes::Reservation held_;  // this request's bytes, until its response is written
+  std::optional<std::size_t> tenant_;  // whose request this is, from its header (none: no accepted token)
   std::string address_;              // the client's address alone, for the anonymous pool
   // Held while, on a server with tokens, no request on this connection has shown one.
   AnonymousConnections::Ticket anonymous_;

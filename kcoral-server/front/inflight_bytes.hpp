@@ -1,12 +1,15 @@
 // InflightBytes: the server-wide budget of bytes held by requests in flight, from their
-// body's first byte until their response is written.
+// body's first byte until their response is written, and each tenant's part of it.
 //
 // A session reserves what a request will hold before it holds it (the declared length, or
 // a chunked body's next growth); when the budget cannot take it, the request is answered
-// 503 busy with Retry-After instead of being read. Thread-safe (one atomic).
+// 503 busy with Retry-After instead of being read. Once the request's tenant is known, its
+// reservation is held in that tenant's budget too, so that one tenant cannot take the
+// whole server's. Thread-safe (one atomic per budget).
 //
-//   InflightBytes budget(1ull << 30);
+//   InflightBytes budget(1ull << 30), alice(512ull << 20);
 //   InflightBytes::Reservation held(budget);
+//   held.set_tenant(&alice);
 //   if (!held.grow_to(length)) return busy();   // released when `held` goes
 #pragma once
 
@@ -33,24 +36,48 @@ class InflightBytes {
     Reservation& operator=(const Reservation&) = delete;
     ~Reservation() { release(); }
 
-    // Holds `bytes` in all, if the budget has room for the difference.
+    // From now on holds in `tenant`'s budget too (none: null); what it held is released.
+    void set_tenant(InflightBytes* tenant) {
+      release();
+      tenant_ = tenant;
+      tenant_refused_ = false;
+    }
+    // Holds `bytes` in all, if the budgets have room for the difference.
     [[nodiscard]] bool grow_to(std::uint64_t bytes) {
       if (bytes <= held_) return true;
-      if (!budget_.take(bytes - held_)) return false;
+      const std::uint64_t more = bytes - held_;
+      // The server's budget first: a refusal is the tenant's only when the server had room
+      // (so on a server of one tenant, whose part is the whole budget, never).
+      tenant_refused_ = false;
+      if (!budget_.take(more)) return false;
+      if (tenant_ != nullptr && !tenant_->take(more)) {
+        budget_.give(more);
+        tenant_refused_ = true;
+        return false;
+      }
       held_ = bytes;
       return true;
     }
-    // Holds `bytes` more whatever the budget says: for what is already in memory.
+    // Whether the last refusal came from the tenant's budget rather than the server's.
+    [[nodiscard]] bool tenant_refused() const { return tenant_refused_; }
+    // Holds `bytes` more whatever the budgets say: for what is already in memory.
     void add(std::uint64_t bytes) {
       budget_.used_.fetch_add(bytes, std::memory_order_relaxed);
+      if (tenant_ != nullptr) tenant_->used_.fetch_add(bytes, std::memory_order_relaxed);
       held_ += bytes;
     }
-    void release() { budget_.used_.fetch_sub(std::exchange(held_, 0), std::memory_order_relaxed); }
+    void release() {
+      std::uint64_t held = std::exchange(held_, 0);
+      budget_.give(held);
+      if (tenant_ != nullptr) tenant_->give(held);
+    }
     [[nodiscard]] std::uint64_t held() const { return held_; }
 
    private:
     InflightBytes& budget_;
+    InflightBytes* tenant_ = nullptr;
     std::uint64_t held_ = 0;
+    bool tenant_refused_ = false;
   };
 
  private:
@@ -61,6 +88,7 @@ class InflightBytes {
     } while (!used_.compare_exchange_weak(used, used + bytes, std::memory_order_relaxed));
     return true;
   }
+  void give(std::uint64_t bytes) { used_.fetch_sub(bytes, std::memory_order_relaxed); }
 
   const std::uint64_t limit_;
   std::atomic<std::uint64_t> used_{0};

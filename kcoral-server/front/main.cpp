@@ -1,8 +1,11 @@
 // kcoral-server: the HTTP front of KCoral. See `kcoral-server --help`.
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <tuple>
 
+#include "program_environment.hpp"
 #include "server.hpp"
+#include "user_id_pool.hpp"
 
 int main(int argc, char** argv) {
   kcoral::ServerConfig config;
@@ -105,8 +108,11 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   app.add_option("--token-file", config.token_file,
-                 "File of bearer tokens, one per line: then every request but GET /health needs "
-                 "`Authorization: Bearer <token>` (else 401). Keep it readable by the server's user only")
+                 "File of tenants and their bearer tokens, one per line: `NAME TOKEN`, or a bare TOKEN (its tenant "
+                 "named tenant-<line number>); lines of one name are that tenant's tokens. Then every request but "
+                 "GET /health needs `Authorization: Bearer <token>` (else 401), and tenants are kept apart: blobs, "
+                 "queue, in-flight bytes, and their names in /metrics and the event log. Keep it readable by the "
+                 "server's user only")
       ->check(CLI::ExistingFile);
 
   auto* clients = app.add_option_group("Clients", "What one client may hold (README: Limits)");
@@ -120,6 +126,18 @@ int main(int argc, char** argv) {
       ->add_option("--max-inflight-bytes", config.max_inflight_bytes,
                    "Request bytes held at once by all requests, from their first body byte to their answer; "
                    "a request that does not fit is answered 503 busy with Retry-After. At least --max-request-bytes")
+      ->capture_default_str();
+  clients
+      ->add_option("--max-queued-per-tenant", config.max_queued_per_tenant,
+                   "Programs one tenant may have waiting for a worker; its next one is answered 503 busy with "
+                   "Retry-After (workers are shared fairly across tenants either way)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  clients
+      ->add_option("--max-inflight-bytes-per-tenant", config.max_inflight_bytes_per_tenant,
+                   "One tenant's part of --max-inflight-bytes; past it, that tenant's next request is answered 503 "
+                   "busy with Retry-After (0: all of it on a server of one tenant, else half of it, and at least "
+                   "--max-request-bytes). At least --max-request-bytes")
       ->capture_default_str();
   clients
       ->add_option("--idle-timeout-seconds", config.idle_timeout_seconds,
@@ -184,30 +202,53 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   sandbox
       ->add_option("--memory-limit-bytes", config.memory_limit_bytes,
-                   "Memory of each program process: its address space on a CPU server, its data segment on a GPU "
-                   "server (CUDA reserves address space far beyond memory)")
+                   "Memory of each program: all its processes together, with the tmpfs and memfd pages they write, "
+                   "no swap, where control groups can be made (past it the whole program is killed and fails "
+                   "`runtime`, naming this limit); and of each of its processes alone: its address space on a CPU "
+                   "server, its data segment on a GPU server (CUDA reserves address space far beyond memory)")
       ->capture_default_str();
   sandbox->add_option("--file-size-limit-bytes", config.file_size_limit_bytes, "Largest file a program may write")
       ->capture_default_str();
-  sandbox->add_option("--process-limit", config.process_limit, "Processes and threads of one program")
+  sandbox
+      ->add_option("--process-limit", config.process_limit,
+                   "Processes and threads of one program (its control group, and RLIMIT_NPROC of its own user)")
       ->capture_default_str();
-  sandbox->add_option("--open-files-limit", config.open_files_limit, "Open files of each program process")
+  sandbox
+      ->add_option("--open-files-limit", config.open_files_limit,
+                   "Open files of each program process; with --process-limit, the most host descriptors one program "
+                   "can hold (1024 x 256 = 262,144 by default)")
       ->capture_default_str();
   sandbox
       ->add_option("--scratch-bytes", config.scratch_bytes,
                    "Private writable space of one program (memory-backed): its working directory, /tmp, "
-                   "/var/tmp, /dev/shm and HOME together; gone when the program ends")
+                   "/var/tmp, /dev/shm and HOME together, with an inode per 16 KiB of it; gone when the program ends")
       ->capture_default_str();
   // Never root: what only root may read stays unreadable to programs.
-  sandbox->add_option("--sandbox-uid", config.sandbox_uid, "User id programs run as, outside (server run as root; not 0)")
-      ->check(CLI::Range(1u, 4294967294u))
-      ->capture_default_str();
-  sandbox->add_option("--sandbox-gid", config.sandbox_gid, "Group id programs run as, outside (server run as root; not 0)")
-      ->check(CLI::Range(1u, 4294967294u))
+  std::string uid_range = std::to_string(config.sandbox_first_uid) + "-" + std::to_string(config.sandbox_last_uid);
+  sandbox
+      ->add_option("--sandbox-uid-range", uid_range,
+                   "Outside user ids of the workers, FIRST-LAST (uid and gid alike; not 0), when the server runs as "
+                   "root: each live worker runs as one of its own, so that the kernel's per-user counts (processes, "
+                   "inotify instances, pipe buffers, user namespaces) are each program's. At least four ids per "
+                   "worker; give each server on a host a range of its own. A server not run as root runs every "
+                   "program as its own user")
+      ->check([](const std::string& text) {
+        auto range = kcoral::parse_id_range(text);
+        return range ? std::string() : range.error().message;
+      })
       ->capture_default_str();
   sandbox->add_option("--readable-path", config.readable_paths,
-                      "A path programs may read besides the system (/usr, /etc, /opt, /sys) and the Python "
+                      "A path programs may read besides the system (/usr, /etc, /opt, parts of /sys) and the Python "
                       "environment (repeatable)");
+  sandbox
+      ->add_option("--program-env", config.program_environment,
+                   "NAME=VALUE for every program's environment (repeatable), which is otherwise a fixed list: PATH "
+                   "(the worker's Python's bin first; a PATH given here follows it instead of the system's), HOME, "
+                   "TMPDIR, LANG, USER, LOGNAME and the GPU's variables; nothing of this server's environment")
+      ->check([](const std::string& text) {
+        auto variable = kcoral::parse_environment_assignment(text);
+        return variable ? std::string() : variable.error().message;
+      });
   CLI11_PARSE(app, argc, argv);
   if (config.max_inflight_bytes < config.max_request_bytes) {
     std::fprintf(stderr, "kcoral-server: --max-inflight-bytes (%llu) must be at least --max-request-bytes (%llu)\n",
@@ -215,7 +256,16 @@ int main(int argc, char** argv) {
                  static_cast<unsigned long long>(config.max_request_bytes));
     return 2;
   }
+  if (config.max_inflight_bytes_per_tenant != 0 && config.max_inflight_bytes_per_tenant < config.max_request_bytes) {
+    std::fprintf(stderr,
+                 "kcoral-server: --max-inflight-bytes-per-tenant (%llu) must be 0 or at least --max-request-bytes "
+                 "(%llu)\n",
+                 static_cast<unsigned long long>(config.max_inflight_bytes_per_tenant),
+                 static_cast<unsigned long long>(config.max_request_bytes));
+    return 2;
+  }
   if (config.max_timeout_seconds < config.default_timeout_seconds)
     config.default_timeout_seconds = config.max_timeout_seconds;
+  std::tie(config.sandbox_first_uid, config.sandbox_last_uid) = *kcoral::parse_id_range(uid_range);
   return kcoral::run_server(std::move(config));
 }

@@ -5,11 +5,19 @@
 
 namespace kcoral {
 
-void Metrics::record_execute(std::string_view outcome, double seconds) {
+Metrics::Metrics(std::size_t tenants) : tenants_(tenants) {}
+
+void Metrics::record_execute(std::string_view outcome, double seconds, std::optional<std::size_t> tenant,
+                             double queue_ms) {
   std::size_t index = kOutcomes.size() - 1;
   for (std::size_t i = 0; i < kOutcomes.size(); ++i)
     if (kOutcomes[i] == outcome) index = i;
   outcomes_[index].fetch_add(1, std::memory_order_relaxed);
+  if (tenant && *tenant < tenants_.size()) {
+    tenants_[*tenant].outcomes[index].fetch_add(1, std::memory_order_relaxed);
+    tenants_[*tenant].queue_microseconds.fetch_add(static_cast<std::uint64_t>(std::max(0.0, queue_ms) * 1e3),
+                                                   std::memory_order_relaxed);
+  }
   for (std::size_t i = 0; i < kBucketsSeconds.size(); ++i)
     if (seconds <= kBucketsSeconds[i]) buckets_[i].fetch_add(1, std::memory_order_relaxed);
   count_.fetch_add(1, std::memory_order_relaxed);
@@ -24,9 +32,15 @@ std::string seconds_text(std::uint64_t microseconds) {
   return std::to_string(microseconds / 1000000) + "." + std::string(6 - fraction.size(), '0') + fraction;
 }
 
+template <class Value>
+void gauge(std::ostream& out, std::string_view name, std::string_view help, Value value) {
+  out << "# HELP " << name << " " << help << "\n# TYPE " << name << " gauge\n" << name << " " << value << "\n";
+}
+
 }  // namespace
 
-std::string Metrics::render(const WorkerPool::Load& load, const BlobStore& blobs, const FrontGauges& front) const {
+std::string Metrics::render(const WorkerPool::Load& load, const BlobStore& blobs, const FrontGauges& front,
+                            std::span<const TenantGauges> tenants) const {
   std::ostringstream out;
   out << "# HELP kcoral_execute_requests_total POST /execute requests by outcome.\n"
       << "# TYPE kcoral_execute_requests_total counter\n";
@@ -79,7 +93,43 @@ std::string Metrics::render(const WorkerPool::Load& load, const BlobStore& blobs
       << "# TYPE kcoral_guard_events_total counter\n";
   for (std::size_t i = 0; i < kGuards.size(); ++i)
     out << "kcoral_guard_events_total{event=\"" << kGuards[i] << "\"} " << guards_[i].load() << "\n";
+  render_tenants(out, front, tenants);
   return out.str();
+}
+
+// Names are letters, digits, '.', '_' and '-' (tenants.hpp): label values as they are.
+void Metrics::render_tenants(std::ostream& out, const FrontGauges& front,
+                             std::span<const TenantGauges> tenants) const {
+  gauge(out, "kcoral_tenant_max_queued", "Programs one tenant may have waiting (--max-queued-per-tenant).",
+        front.max_queued_per_tenant);
+  gauge(out, "kcoral_tenant_inflight_bytes_max", "One tenant's part of the in-flight budget.",
+        front.max_inflight_bytes_per_tenant);
+  out << "# HELP kcoral_tenant_execute_requests_total POST /execute requests by tenant and outcome.\n"
+      << "# TYPE kcoral_tenant_execute_requests_total counter\n";
+  for (std::size_t t = 0; t < tenants.size() && t < tenants_.size(); ++t)
+    for (std::size_t i = 0; i < kOutcomes.size(); ++i)
+      out << "kcoral_tenant_execute_requests_total{tenant=\"" << tenants[t].name << "\",outcome=\"" << kOutcomes[i]
+          << "\"} " << tenants_[t].outcomes[i].load() << "\n";
+  out << "# HELP kcoral_tenant_queue_wait_seconds_total Time the tenant's programs waited for a worker.\n"
+      << "# TYPE kcoral_tenant_queue_wait_seconds_total counter\n";
+  for (std::size_t t = 0; t < tenants.size() && t < tenants_.size(); ++t)
+    out << "kcoral_tenant_queue_wait_seconds_total{tenant=\"" << tenants[t].name << "\"} "
+        << seconds_text(tenants_[t].queue_microseconds.load()) << "\n";
+  auto by_tenant = [&](std::string_view name, std::string_view help, auto value_of) {
+    out << "# HELP " << name << " " << help << "\n# TYPE " << name << " gauge\n";
+    for (const TenantGauges& tenant : tenants)
+      out << name << "{tenant=\"" << tenant.name << "\"} " << value_of(tenant) << "\n";
+  };
+  by_tenant("kcoral_tenant_queue_depth", "The tenant's programs waiting for a worker.",
+            [](const TenantGauges& t) { return t.waiting; });
+  by_tenant("kcoral_tenant_workers_busy", "Workers running the tenant's programs.",
+            [](const TenantGauges& t) { return t.running; });
+  by_tenant("kcoral_tenant_inflight_bytes", "Request bytes the tenant's requests hold.",
+            [](const TenantGauges& t) { return t.inflight_bytes; });
+  by_tenant("kcoral_tenant_blob_cache_bytes", "Bytes of the tenant's blobs in the blob cache.",
+            [](const TenantGauges& t) { return t.cache_bytes; });
+  by_tenant("kcoral_tenant_blob_cache_blobs", "The tenant's blobs in the blob cache.",
+            [](const TenantGauges& t) { return t.cache_blobs; });
 }
 
 }  // namespace kcoral

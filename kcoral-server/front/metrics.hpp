@@ -2,15 +2,20 @@
 //
 // Requests by endpoint and outcome, a latency histogram of /execute, what the front did to
 // protect itself, and the gauges the pool, the blob store and the front (connections,
-// in-flight bytes, descriptors, with their limits) report at render time. Thread-safe
-// (atomics).
+// in-flight bytes, descriptors, with their limits) report at render time. Each tenant's
+// requests, queue wait, queue, workers, held bytes and cached blobs are counted apart,
+// labelled with the name the operator gave it (never its token). Thread-safe (atomics).
 #pragma once
 
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <optional>
+#include <ostream>
+#include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "kcoral/blob_store.hpp"
 #include "worker_pool.hpp"
@@ -25,6 +30,18 @@ struct FrontGauges {
   std::uint64_t max_inflight_bytes = 0;
   std::size_t open_descriptors = 0;
   std::uint64_t descriptor_limit = 0;
+  std::size_t max_queued_per_tenant = 0;
+  std::uint64_t max_inflight_bytes_per_tenant = 0;
+};
+
+// One tenant's gauges, read at render time.
+struct TenantGauges {
+  std::string_view name;
+  std::size_t running = 0;
+  std::size_t waiting = 0;
+  std::uint64_t inflight_bytes = 0;
+  std::size_t cache_bytes = 0;
+  std::size_t cache_blobs = 0;
 };
 
 class Metrics {
@@ -40,12 +57,13 @@ class Metrics {
     slow_reader,            // a response read slower than the minimum rate: cut off, answer dropped
     anonymous_per_address,  // with tokens: a connection past its address's anonymous ones, closed
     anonymous_evicted,      // with tokens: the longest-held anonymous connection, closed for a newcomer
+    tenant_queue_full,      // a tenant with its most programs waiting: its next one 503
+    tenant_inflight_full,   // a tenant's part of the in-flight budget could not take a request: 503
   };
-  static constexpr std::array<std::string_view, 9> kGuards{"over_connection_limit", "accept_backoff",
-                                                           "idle_timeout",          "header_timeout",
-                                                           "slow_body",             "inflight_full",
-                                                           "slow_reader",           "anonymous_per_address",
-                                                           "anonymous_evicted"};
+  static constexpr std::array<std::string_view, 11> kGuards{
+      "over_connection_limit", "accept_backoff",    "idle_timeout",          "header_timeout",
+      "slow_body",             "inflight_full",     "slow_reader",           "anonymous_per_address",
+      "anonymous_evicted",     "tenant_queue_full", "tenant_inflight_full"};
 
   // The outcomes of POST /execute, as label values.
   static constexpr std::array<std::string_view, 12> kOutcomes{
@@ -54,11 +72,17 @@ class Metrics {
   static constexpr std::array<double, 16> kBucketsSeconds{
       0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 120, 900};
 
-  void record_execute(std::string_view outcome, double seconds);
+  // `tenants`: how many the per-tenant counters are kept for (tenants.hpp).
+  explicit Metrics(std::size_t tenants = 1);
+
+  // `tenant`: whose request it was (none: anonymous); `queue_ms`: its wait for a worker.
+  void record_execute(std::string_view outcome, double seconds, std::optional<std::size_t> tenant = std::nullopt,
+                      double queue_ms = 0);
   void record_other_request() { other_requests_.fetch_add(1, std::memory_order_relaxed); }
   void record(Guard guard) { guards_[static_cast<std::size_t>(guard)].fetch_add(1, std::memory_order_relaxed); }
   [[nodiscard]] std::string render(const WorkerPool::Load& load, const BlobStore& blobs,
-                                   const FrontGauges& front = {}) const;
+                                   const FrontGauges& front = {},
+                                   std::span<const TenantGauges> tenants = {}) const;
 
  private:
   std::array<std::atomic<std::uint64_t>, kOutcomes.size()> outcomes_{};
@@ -67,6 +91,13 @@ class Metrics {
   std::atomic<std::uint64_t> sum_microseconds_{0};
   std::atomic<std::uint64_t> other_requests_{0};
   std::array<std::atomic<std::uint64_t>, kGuards.size()> guards_{};
+  void render_tenants(std::ostream& out, const FrontGauges& front, std::span<const TenantGauges> tenants) const;
+
+  struct TenantCounters {
+    std::array<std::atomic<std::uint64_t>, kOutcomes.size()> outcomes{};
+    std::atomic<std::uint64_t> queue_microseconds{0};
+  };
+  std::vector<TenantCounters> tenants_;
 };
 
 }  // namespace kcoral

@@ -1,15 +1,11 @@
 // Routing of GET /health, GET /metrics and POST /execute.
 #include "router.hpp"
 
-#include <openssl/crypto.h>
-
 #include <algorithm>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "descriptors.hpp"
 #include "kcoral/request_id.hpp"
-#include "kcoral/sha256.hpp"
 
 namespace kcoral {
 namespace {
@@ -56,8 +52,27 @@ std::string_view outcome_label(int http_status, std::string_view body_status) {
 }
 
 FrontGauges front_gauges(const ServerState& state) {
-  return {state.connections.load(),       state.config.max_connections, state.inflight.used(),
-          state.inflight.limit(),         open_descriptors(),           state.descriptor_limit};
+  return {state.connections.load(),
+          state.config.max_connections,
+          state.inflight.used(),
+          state.inflight.limit(),
+          open_descriptors(),
+          state.descriptor_limit,
+          state.config.max_queued_per_tenant,
+          tenant_inflight_limit(state.config, state.tenants.size())};
+}
+
+std::vector<TenantGauges> tenant_gauges(const ServerState& state) {
+  std::vector<WorkerPool::TenantLoad> load = state.pool.tenant_load();
+  std::vector<TenantGauges> gauges;
+  for (std::size_t tenant = 0; tenant < state.tenants.size(); ++tenant) {
+    const std::string& name = state.tenants.name(tenant);
+    BlobStore::Usage cached = state.blobs.usage(name);
+    WorkerPool::TenantLoad queue = tenant < load.size() ? load[tenant] : WorkerPool::TenantLoad{};
+    gauges.push_back({name, queue.running, queue.waiting, state.tenant_inflight.at(tenant)->used(), cached.bytes,
+                      cached.blobs});
+  }
+  return gauges;
 }
 
 HttpResponse health(const HttpRequest& request, ServerState& state, const std::string& request_id) {
@@ -80,29 +95,37 @@ HttpResponse health(const HttpRequest& request, ServerState& state, const std::s
 RouteResult execute(const HttpRequest& request, ServerState& state, std::string request_id, std::string_view client,
                     const BlobStore::CopyBudget& copies) {
   Clock::time_point received = Clock::now();
+  // The session let the request through on its token, so it has a tenant; should it not,
+  // nothing runs (and no blob is stored) without one.
+  std::optional<std::size_t> tenant = tenant_of(request, state);
   auto answer = [&](const EncodedResponse& encoded, std::string_view status, const Error* error,
                     const Program* program) {
     record_execute(state, {request_id, client, encoded.http_status, status, {},
                            error ? std::optional(error->kind) : std::nullopt, error ? error->message : "", program,
                            {}, std::chrono::duration<double>(Clock::now() - received).count(),
-                           request.body().size(), encoded.body.size()});
+                           request.body().size(), encoded.body.size(), tenant});
     return RouteResult{make_response(encoded, request_id, request.version(),
                                      request.keep_alive() && !state.stopping),
                        nullptr};
   };
+  if (!tenant) {
+    Error refused = *check_access(request, state);
+    return answer(encode_error(request_id, refused), "ERROR", &refused, nullptr);
+  }
   if (state.stopping) {
     Error busy{ErrorKind::busy, "the server is shutting down"};
     return answer(encode_error(request_id, busy), "ERROR", &busy, nullptr);
   }
   auto content_type = request[http::field::content_type];
   auto admitted = admit_execute(request_id, {content_type.data(), content_type.size()}, request.body(), state.blobs,
-                                state.execute, copies);
+                                state.tenants.name(*tenant), state.execute, copies);
   if (auto* now = std::get_if<ExecuteAnswer>(&admitted))
     return answer(now->response, now->status, now->error ? &*now->error : nullptr, now->program ? &*now->program : nullptr);
 
   auto& admitted_request = std::get<AdmittedRequest>(admitted);
   auto job = std::make_shared<ExecuteJob>();
   job->request_id = std::move(request_id);
+  job->tenant = *tenant;
   job->client = std::string(client);
   job->request_bytes = request.body().size();
   job->program_json = std::move(admitted_request.program_json);  // the worker parses it again
@@ -144,7 +167,8 @@ RouteResult route(const HttpRequest& request, ServerState& state, std::string_vi
   if (target == "/metrics") {
     if (request.method() != http::verb::get) return method_not_allowed("GET");
     return {make_response({200, "text/plain; version=0.0.4; charset=utf-8",
-                           state.metrics.render(state.pool.load(), state.blobs, front_gauges(state))},
+                           state.metrics.render(state.pool.load(), state.blobs, front_gauges(state),
+                                                tenant_gauges(state))},
                           request_id, version, keep_alive),
             nullptr};
   }
@@ -174,18 +198,20 @@ HttpResponse finish_execute(const ExecuteJob& job, JobOutcome outcome, ServerSta
   record_execute(state, {job.request_id, job.client, answer.response.http_status, answer.status, {}, error_kind,
                          error_message, &job.program, outcome.timings,
                          std::chrono::duration<double>(Clock::now() - job.received).count(), job.request_bytes,
-                         answer.response.body.size()});
+                         answer.response.body.size(), job.tenant});
   return make_response(answer.response, job.request_id, http_version, keep_alive);
 }
 
 void record_execute(ServerState& state, const ExecuteRecord& record) {
   std::string_view label = record.outcome.empty() ? outcome_label(record.http_status, record.status) : record.outcome;
-  state.metrics.record_execute(label, record.seconds);
-  EventLog* log = record.anonymous ? state.anonymous_log : state.event_log;
+  state.metrics.record_execute(label, record.seconds, record.tenant, record.timings.queue_ms);
+  EventLog* log = record.tenant ? state.event_log : state.anonymous_log;
   if (log == nullptr) return;
+  // The operator's name for the tenant, never its token.
   Json line{{"time", now_rfc3339()},
             {"request_id", record.request_id},
             {"client", record.client},
+            {"tenant", record.tenant ? Json(state.tenants.name(*record.tenant)) : Json(nullptr)},
             {"outcome", label},
             {"http_status", record.http_status},
             {"status", record.status}};
@@ -220,29 +246,25 @@ void record_execute(ServerState& state, const ExecuteRecord& record) {
   log->write(line.dump(-1, ' ', true, Json::error_handler_t::replace));
 }
 
-bool shows_accepted_token(const http::request_header<>& header, const ServerState& state) {
+std::optional<std::size_t> tenant_of(const http::request_header<>& header, const ServerState& state) {
+  if (!state.tenants.need_tokens()) return 0;
   auto [first, last] = header.equal_range(http::field::authorization);
-  if (state.token_digests.empty() || first == last || std::next(first) != last) return false;
+  if (first == last || std::next(first) != last) return std::nullopt;
   std::string_view value(first->value().data(), first->value().size());
   constexpr std::string_view kScheme = "Bearer ";
   if (value.size() <= kScheme.size() ||
       !boost::beast::iequals(boost::beast::string_view(value.data(), kScheme.size()),
                              boost::beast::string_view(kScheme.data(), kScheme.size())))
-    return false;
-  // Digests of equal length, compared in constant time: how far a guess matches stays hidden.
-  std::string digest = sha256_hex(value.substr(kScheme.size()));
-  bool accepted = false;
-  for (const std::string& known : state.token_digests)
-    accepted |= CRYPTO_memcmp(known.data(), digest.data(), digest.size()) == 0;
-  return accepted;
+    return std::nullopt;
+  return state.tenants.find(value.substr(kScheme.size()));
 }
 
 std::optional<Error> check_access(const http::request_header<>& header, const ServerState& state) {
-  if (state.token_digests.empty()) return std::nullopt;
+  if (!state.tenants.need_tokens()) return std::nullopt;
   std::string_view target(header.target().data(), header.target().size());
   target = target.substr(0, target.find('?'));
   if (target == "/health" && header.method() == http::verb::get) return std::nullopt;
-  if (shows_accepted_token(header, state)) return std::nullopt;
+  if (tenant_of(header, state)) return std::nullopt;
   bool sent = header.find(http::field::authorization) != header.end();
   return Error{ErrorKind::unauthorized,
                sent ? "the bearer token is not one this server accepts (send `Authorization: Bearer <token>`)"
@@ -250,18 +272,17 @@ std::optional<Error> check_access(const http::request_header<>& header, const Se
                       "token= or the KCORAL_TOKEN environment variable)"};
 }
 
-Result<std::vector<std::string>> read_token_file(const std::string& path) {
-  std::ifstream file(path);
-  if (!file) return fail(ErrorKind::engine, "cannot read the token file " + path);
-  std::vector<std::string> digests;
-  for (std::string line; std::getline(file, line);) {
-    auto first = line.find_first_not_of(" \t\r");
-    if (first == std::string::npos) continue;
-    auto last = line.find_last_not_of(" \t\r");
-    digests.push_back(sha256_hex(std::string_view(line).substr(first, last - first + 1)));
-  }
-  if (digests.empty()) return fail(ErrorKind::engine, "the token file " + path + " holds no token");
-  return digests;
+std::uint64_t tenant_inflight_limit(const ServerConfig& config, std::size_t tenants) {
+  if (config.max_inflight_bytes_per_tenant != 0) return config.max_inflight_bytes_per_tenant;
+  if (tenants <= 1) return config.max_inflight_bytes;
+  return std::min(config.max_inflight_bytes, std::max(config.max_request_bytes, config.max_inflight_bytes / 2));
+}
+
+std::vector<std::unique_ptr<InflightBytes>> tenant_budgets(const ServerConfig& config, std::size_t tenants) {
+  std::vector<std::unique_ptr<InflightBytes>> budgets;
+  for (std::size_t tenant = 0; tenant < tenants; ++tenant)
+    budgets.push_back(std::make_unique<InflightBytes>(tenant_inflight_limit(config, tenants)));
+  return budgets;
 }
 
 HttpResponse error_response(const Error& error, unsigned http_version, bool keep_alive,

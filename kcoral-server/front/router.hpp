@@ -1,6 +1,7 @@
 // Routing: a pure function from an HTTP request (and the server's state) to either a
 // response or a job for the worker pool, and from a finished job to its response.
-// doctest calls these directly, without sockets.
+// doctest calls these directly, without sockets. A request's tenant is read off its own
+// header (the token it shows), so a job is always its sender's.
 #pragma once
 
 #include <atomic>
@@ -19,12 +20,20 @@
 #include "metrics.hpp"
 #include "request_body.hpp"
 #include "server_config.hpp"
+#include "tenants.hpp"
 #include "worker_pool.hpp"
 
 namespace kcoral {
 
 using HttpRequest = boost::beast::http::request<RequestBody>;
 using HttpResponse = boost::beast::http::response<boost::beast::http::string_body>;
+
+// The in-flight budget of each tenant (--max-inflight-bytes-per-tenant; 0: all of
+// --max-inflight-bytes for a server of one tenant, else half of it and at least
+// --max-request-bytes), by tenant.
+[[nodiscard]] std::uint64_t tenant_inflight_limit(const ServerConfig& config, std::size_t tenants);
+[[nodiscard]] std::vector<std::unique_ptr<InflightBytes>> tenant_budgets(const ServerConfig& config,
+                                                                         std::size_t tenants);
 
 // What the router reads and updates; owned by the Server.
 struct ServerState {
@@ -36,14 +45,16 @@ struct ServerState {
   std::string started_at;  // RFC 3339, UTC
   std::size_t gpu_count = 0;
   std::string target_arch;  // "sm_90a" on a GPU server; empty on a CPU one
+  const Tenants tenants{};  // --token-file's; without one, a single tenant and no token
   std::atomic<bool> stopping{false};
   std::atomic<int> responses_pending{0};  // accepted programs whose answer is not yet written
   std::uint64_t descriptor_limit = 0;
-  std::vector<std::string> token_digests{};  // SHA-256 of each accepted token; empty: open
   EventLog* event_log = nullptr;             // --log-dir; null: none
   EventLog* anonymous_log = nullptr;         // --log-dir with --token-file: records without a token
   std::atomic<std::size_t> connections{0};  // HttpSessions alive
   InflightBytes inflight{config.max_inflight_bytes};
+  // Each tenant's part of `inflight`, by tenant.
+  std::vector<std::unique_ptr<InflightBytes>> tenant_inflight = tenant_budgets(config, tenants.size());
   // With tokens: the connections that have shown none yet.
   AnonymousConnections anonymous{config.max_anonymous_connections != 0 ? config.max_anonymous_connections
                                                                         : std::max<std::size_t>(1, config.max_connections / 4),
@@ -80,9 +91,10 @@ struct ExecuteRecord {
   double seconds = 0;  // arrival to answer
   std::uint64_t request_bytes = 0;
   std::uint64_t response_bytes = 0;
-  // The request showed no accepted token on a server that needs one. Never so for what
-  // the router answers: a request reaches it only once its header passed check_access.
-  bool anonymous = false;
+  // Whose request it was; none: it showed no accepted token on a server that needs one
+  // (an anonymous record). Never none for what the router answers: a request reaches it
+  // only once its header passed check_access.
+  std::optional<std::size_t> tenant = 0;
 };
 void record_execute(ServerState& state, const ExecuteRecord& record);
 // With --token-file, every request but GET /health must carry one of its tokens as
@@ -90,11 +102,10 @@ void record_execute(ServerState& state, const ExecuteRecord& record);
 // before any body is read.
 [[nodiscard]] std::optional<Error> check_access(const boost::beast::http::request_header<>& header,
                                                 const ServerState& state);
-// Whether the header carries one of the --token-file tokens (compared in constant time).
-[[nodiscard]] bool shows_accepted_token(const boost::beast::http::request_header<>& header, const ServerState& state);
-// The accepted tokens' digests, read from a token file (one token per line, blank lines
-// and surrounding spaces ignored).
-[[nodiscard]] Result<std::vector<std::string>> read_token_file(const std::string& path);
+// The tenant whose token the header carries (`Authorization: Bearer <token>`, compared in
+// constant time); on a server without tokens, its one tenant whatever the header says.
+[[nodiscard]] std::optional<std::size_t> tenant_of(const boost::beast::http::request_header<>& header,
+                                                   const ServerState& state);
 [[nodiscard]] HttpResponse finish_execute(const ExecuteJob& job, JobOutcome outcome,
                                           ServerState& state, unsigned http_version, bool keep_alive);
 // An error response outside a program (malformed HTTP, too large, …).

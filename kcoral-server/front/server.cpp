@@ -35,8 +35,8 @@ std::vector<std::string> sandbox_args(const ServerConfig& config) {
                                 "--process-limit", std::to_string(config.process_limit),
                                 "--open-files-limit", std::to_string(config.open_files_limit),
                                 "--scratch-bytes", std::to_string(config.scratch_bytes),
-                                "--sandbox-uid", std::to_string(config.sandbox_uid),
-                                "--sandbox-gid", std::to_string(config.sandbox_gid)};
+                                "--sandbox-uid-range",
+                                std::to_string(config.sandbox_first_uid) + "-" + std::to_string(config.sandbox_last_uid)};
   for (const std::string& path : config.readable_paths) {
     args.push_back("--readable-path");
     args.push_back(path);
@@ -50,11 +50,12 @@ std::string sandbox_summary(const ServerConfig& config) {
     return "sandbox: none -- programs run unisolated, as this server's user, and can read and disturb "
            "everything it can";
   std::ostringstream out;
-  out << "sandbox: namespaces (user, PID, mount, IPC, network); programs run as an unprivileged user with a "
-         "read-only system, "
+  out << "sandbox: namespaces (user, PID, mount, IPC, network, cgroup); programs run as an unprivileged user with "
+         "a read-only system, "
       << (config.scratch_bytes >> 20) << " MiB private scratch, seccomp, memory "
       << (config.memory_limit_bytes >> 20) << " MiB, files " << (config.file_size_limit_bytes >> 20)
-      << " MiB, " << config.process_limit << " processes, " << config.open_files_limit << " open files";
+      << " MiB, " << config.process_limit << " processes, " << config.open_files_limit
+      << " open files per process, and the programs' own environment";
   return out.str();
 }
 
@@ -76,7 +77,8 @@ int run_server(ServerConfig config) {
   pool_config.programs_per_worker = config.programs_per_worker;
   pool_config.context_inits_at_once = config.context_inits_at_once;
   pool_config.zygote = {config.worker_path, config.device, config.work_root, config.python,
-                        config.programs_per_worker, config.cuda_connections, sandbox_args(config)};
+                        config.programs_per_worker, config.cuda_connections, sandbox_args(config),
+                        config.program_environment, config.memory_limit_bytes};
   pool_config.workers_per_group = config.num_workers;
   // A result's frame holds its returned values' JSON and both captured streams.
   pool_config.max_message_bytes = config.max_response_bytes + 2 * config.max_output_limit_bytes + (1u << 20);
@@ -113,26 +115,43 @@ int run_server(ServerConfig config) {
     return 1;
   }
   if (!plan.adjusted.empty()) std::fprintf(stderr, "kcoral-server: %s\n", plan.adjusted.c_str());
+  // Every live worker holds a user id of the range until its namespace is gone: the
+  // prepared ones, the running ones, and those on their way out.
+  std::uint64_t uids = std::uint64_t{config.sandbox_last_uid} - config.sandbox_first_uid + 1;
+  if (config.sandbox == "namespaces" && uids < 4 * workers) {
+    std::fprintf(stderr, "kcoral-server: --sandbox-uid-range holds %llu ids, fewer than the %zu that %zu workers need\n",
+                 static_cast<unsigned long long>(uids), 4 * workers, workers);
+    return 2;
+  }
   config.max_connections = plan.max_connections;
   config.blob_cache_max_files = plan.blob_cache_files;
 
-  std::vector<std::string> token_digests;
+  Tenants tenants;
   if (!config.token_file.empty()) {
-    auto tokens = read_token_file(config.token_file);
-    if (!tokens) {
-      std::fprintf(stderr, "kcoral-server: --token-file: %s\n", tokens.error().message.c_str());
+    auto read = Tenants::read_token_file(config.token_file);
+    if (!read) {
+      std::fprintf(stderr, "kcoral-server: --token-file: %s\n", read.error().message.c_str());
       return 2;
     }
-    token_digests = std::move(*tokens);
+    tenants = std::move(*read);
     struct stat info {};
     if (::stat(config.token_file.c_str(), &info) == 0 && (info.st_mode & 077) != 0)
       std::fprintf(stderr, "kcoral-server: the token file %s is readable by other users; make it 0600\n",
                    config.token_file.c_str());
+    std::string names;
+    for (const std::string& name : tenants.names()) names += (names.empty() ? "" : ", ") + name;
+    std::fprintf(stderr,
+                 "kcoral-server: %zu tenants (%s), kept apart: each one's blobs, queue and in-flight bytes "
+                 "(%zu programs waiting, %llu bytes at most)\n",
+                 tenants.size(), names.c_str(), config.max_queued_per_tenant,
+                 static_cast<unsigned long long>(tenant_inflight_limit(config, tenants.size())));
   }
+  pool_config.tenants = tenants.size();
+  pool_config.max_queued_per_tenant = config.max_queued_per_tenant;
   boost::asio::ip::address listen_address;
   boost::system::error_code address_error;
   listen_address = boost::asio::ip::make_address(config.host, address_error);
-  if (!address_error && !listen_address.is_loopback() && token_digests.empty())
+  if (!address_error && !listen_address.is_loopback() && !tenants.need_tokens())
     std::fprintf(stderr,
                  "kcoral-server: listening on %s without --token-file: anyone who can reach it can run "
                  "programs here\n",
@@ -150,7 +169,7 @@ int run_server(ServerConfig config) {
       return std::move(*opened);
     };
     if (!(event_log = open_log("events.jsonl"))) return 2;
-    if (!token_digests.empty() && !(anonymous_log = open_log("anonymous.jsonl"))) return 2;
+    if (tenants.need_tokens() && !(anonymous_log = open_log("anonymous.jsonl"))) return 2;
   }
 
   boost::asio::io_context io(static_cast<int>(config.io_threads));
@@ -165,12 +184,12 @@ int run_server(ServerConfig config) {
   }
   BlobStore blobs({config.blob_cache_bytes, config.blob_cache_max_blobs, config.blob_cache_max_files},
                   disk_cache.get());
-  Metrics metrics;
+  Metrics metrics(tenants.size());
+  pool_config.tenant_queue_full = [&metrics] { metrics.record(Metrics::Guard::tenant_queue_full); };
   WorkerPool pool(io, pool_config);
   ServerState state{config, blobs, pool, metrics, new_request_id(), now_rfc3339(),
-                    config.device == "gpu" ? pool_config.groups.size() : 0, target_arch};
+                    config.device == "gpu" ? pool_config.groups.size() : 0, target_arch, std::move(tenants)};
   state.descriptor_limit = descriptor_limit;
-  state.token_digests = std::move(token_digests);
   state.event_log = event_log.get();
   state.anonymous_log = anonymous_log.get();
 

@@ -21,8 +21,8 @@ struct ServerConfig {
   // another); with cuda_connections = 1, 4 at once doubled them. The default keeps
   // context making strictly sequential.
   std::size_t context_inits_at_once = 1;
-  // GPU workers' CUDA_DEVICE_MAX_CONNECTIONS; 0 leaves CUDA's default (8) or the
-  // environment's. Fewer hardware queues make contexts about twice as fast to create and
+  // GPU workers' CUDA_DEVICE_MAX_CONNECTIONS; 0 leaves CUDA's default (8), or what
+  // --program-env gives. Fewer hardware queues make contexts about twice as fast to create and
   // destroy (benchmarks/gpu/results), at the cost of false dependencies between streams.
   int cuda_connections = 0;
   double default_timeout_seconds = 300;
@@ -42,6 +42,10 @@ struct ServerConfig {
   // its first byte, so that no client, however slow or many, can starve the others.
   std::size_t max_connections = 4096;
   std::uint64_t max_inflight_bytes = 1ull << 30;  // request bodies held at once, server-wide
+  // Tenants (tenants.hpp): each one's programs waiting for a worker, and its part of
+  // max_inflight_bytes (0: all of it with one tenant, else half, at least max_request_bytes).
+  std::size_t max_queued_per_tenant = 256;
+  std::uint64_t max_inflight_bytes_per_tenant = 0;
   double idle_timeout_seconds = 75;               // a kept-alive connection with no request
   double header_timeout_seconds = 10;             // a request's first byte to its last header byte
   // With --token-file: connections that have shown no accepted token yet
@@ -56,7 +60,7 @@ struct ServerConfig {
   std::string work_root;       // empty: $TMPDIR/kcoral-<pid>
   std::string worker_path;     // empty: kcoral-worker beside this binary
   std::string python;          // empty: the worker's own choice
-  std::string token_file;      // bearer tokens, one per line; empty: no access control
+  std::string token_file;      // tenants and their bearer tokens (tenants.hpp); empty: no access control
   std::string log_dir;         // the event log's directory; empty: no event log
   std::uint64_t log_max_bytes = 64ull << 20;
   std::size_t log_files = 5;
@@ -67,12 +71,15 @@ struct ServerConfig {
   std::string sandbox = "namespaces";  // or "none"
   std::uint64_t memory_limit_bytes = 8ull << 30;
   std::uint64_t file_size_limit_bytes = 1ull << 30;
-  std::uint64_t process_limit = 256;
-  std::uint64_t open_files_limit = 16384;
+  std::uint64_t process_limit = 256;     // of a program: its control group, and its user's RLIMIT_NPROC
+  std::uint64_t open_files_limit = 1024;  // of each process: 262,144 descriptors a program at most
   std::uint64_t scratch_bytes = 2ull << 30;
-  std::uint32_t sandbox_uid = 65534;
-  std::uint32_t sandbox_gid = 65534;
+  // The outside users of workers (uid and gid alike, one per live worker) when the server
+  // runs as root; see kcoral-server/worker/user_id_pool.hpp.
+  std::uint32_t sandbox_first_uid = 1879048192;
+  std::uint32_t sandbox_last_uid = 1879048192 + 65535;
   std::vector<std::string> readable_paths;
+  std::vector<std::string> program_environment;  // --program-env NAME=VALUE, in order
 };
 
 }  // namespace kcoral

@@ -323,7 +323,7 @@ void WorkerHandle::channel_closed() {
   });
 }
 
-void WorkerHandle::exited(const std::string& how) {
+void WorkerHandle::exited(const std::string& how, const std::optional<std::string>& failure) {
   // The exit notice can overtake the child's last messages (its result, say), which are
   // still in its channel: read those first.
   while (!closed_ && job_ && state_ != State::gone) {
@@ -335,23 +335,28 @@ void WorkerHandle::exited(const std::string& how) {
     if (!*received) break;
     handle(std::move(**received));
   }
-  if (job_) crashed(how);
+  if (job_) crashed(how, failure);
   let_go();
 }
 
-void WorkerHandle::crashed(const std::string& how) {
+void WorkerHandle::crashed(const std::string& how, const std::optional<std::string>& failure) {
   kill_tree();
   std::shared_ptr<ExecuteJob> job = job_;
-  if (!progress_) {
+  const auto& instructions = job->program.instructions();
+  // Without a progress, the program had not started; unless the zygote knows it failed
+  // (out of memory), whatever it was doing.
+  std::optional<std::uint64_t> index = progress_;
+  if (!index && failure && !instructions.empty()) index = 0;
+  if (!index) {
     finish(fail(ErrorKind::engine, "the worker exited before it ran the program" +
                                        (how.empty() ? std::string() : " (" + how + ")")));
   } else {
-    const Instruction& instruction = job->program.instructions()[*progress_];
+    const Instruction& instruction = instructions[*index];
     ProgramResult result;
     InstructionError error;
     error.kind = ErrorKind::runtime;
-    error.message = "worker exited while executing the instruction";
-    error.instruction_index = *progress_;
+    error.message = failure.value_or("worker exited while executing the instruction");
+    error.instruction_index = *index;
     error.instruction_op = op_name(instruction);
     if (auto id = instruction_id(instruction)) error.instruction_id = std::string(*id);
     if (!how.empty()) error.traceback = "The worker process ended: " + how + ".\n";

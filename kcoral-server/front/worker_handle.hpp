@@ -74,8 +74,10 @@ class WorkerHandle : public std::enable_shared_from_this<WorkerHandle> {
   // Hands an idle worker a job: its blobs and program are sent at once. False when the
   // worker could not take it (it died meanwhile): the job is untouched, the worker gone.
   [[nodiscard]] bool run(std::shared_ptr<ExecuteJob> job);
-  // The zygote reaped the process: `how` it ended ("killed by signal 9").
-  void exited(const std::string& how);
+  // The zygote reaped the process: `how` it ended ("killed by signal 9"); `failure`, when
+  // given, is why its program failed (its processes ran out of memory together): the
+  // running job then fails `runtime` with it.
+  void exited(const std::string& how, const std::optional<std::string>& failure = std::nullopt);
   // Kills the process tree and lets the handle go (a running job is not answered).
   void discard();
   // Kills the process tree; a running job is answered with `error`; the handle is let go.
@@ -103,7 +105,7 @@ class WorkerHandle : public std::enable_shared_from_this<WorkerHandle> {
   void send_grant();
   void violation(const std::string& why);
   void channel_closed();
-  void crashed(const std::string& how);
+  void crashed(const std::string& how, const std::optional<std::string>& failure = std::nullopt);
   void finish(Result<ProgramResult> result);
   void let_go();
   void kill_tree() const;

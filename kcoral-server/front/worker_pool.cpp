@@ -43,7 +43,9 @@ WorkerPool::WorkerPool(boost::asio::io_context& io, Config config)
                  on_finished(worker, std::move(job), std::move(outcome));
                },
                [this](const WorkerPtr& worker) { on_gone(worker); }}),
-      running_(config_.groups.size(), 0) {}
+      running_(config_.groups.size(), 0),
+      queue_(config_.tenants, config_.max_queued_per_tenant),
+      tenant_load_(queue_.tenants()) {}
 
 WorkerPool::~WorkerPool() { supply_.stop(); }
 
@@ -57,29 +59,38 @@ std::string WorkerPool::startup_error() const {
 void WorkerPool::submit(std::shared_ptr<ExecuteJob> job) {
   boost::asio::post(strand_, [this, job = std::move(job)]() mutable {
     if (draining_) return answer(std::move(job), {fail(ErrorKind::busy, "the server is shutting down"), {}});
-    enqueue(std::move(job), /*front=*/false);
+    if (!enqueue(job, /*put_back=*/false)) {
+      if (config_.tenant_queue_full) config_.tenant_queue_full();
+      ResponseTimings timings{ms_since(job->received), 0, 0, 0};
+      return answer(std::move(job),
+                    {fail(ErrorKind::busy, "you have " + std::to_string(config_.max_queued_per_tenant) +
+                                               " programs waiting for a worker already, the most one tenant may "
+                                               "(--max-queued-per-tenant); retry once some of them have started"),
+                     timings});
+    }
     dispatch();
   });
 }
 
-void WorkerPool::enqueue(std::shared_ptr<ExecuteJob> job, bool front) {
+bool WorkerPool::enqueue(std::shared_ptr<ExecuteJob> job, bool put_back) {
   auto timer = std::make_unique<boost::asio::steady_timer>(strand_);
+  boost::asio::steady_timer& waiting = *timer;  // stays put while its entry moves
+  std::size_t tenant = job->tenant;
+  Queued queued{job, std::move(timer)};
+  if (put_back) queue_.put_back(tenant, std::move(queued));
+  else if (!queue_.push(tenant, std::move(queued))) return false;
   // The queue timeout counts from the request's arrival, also for a job put back.
-  timer->expires_at(job->received + seconds_duration(config_.queue_timeout_seconds));
-  timer->async_wait([this, job](boost::system::error_code ec) {
+  waiting.expires_at(job->received + seconds_duration(config_.queue_timeout_seconds));
+  waiting.async_wait([this, job](boost::system::error_code ec) {
     if (ec) return;
-    auto it = std::find_if(queue_.begin(), queue_.end(), [&](const Queued& q) { return q.job == job; });
-    if (it == queue_.end()) return;
-    queue_.erase(it);
+    if (!queue_.take(job->tenant, [&](const Queued& q) { return q.job == job; })) return;
     publish_load();
     answer(job, {fail(ErrorKind::busy, "no worker became free within the queue timeout of " +
                                            seconds_text(config_.queue_timeout_seconds)),
                  {ms_since(job->received), 0, 0, 0}});
   });
-  Queued queued{std::move(job), std::move(timer)};
-  if (front) queue_.push_front(std::move(queued));
-  else queue_.push_back(std::move(queued));
   publish_load();
+  return true;
 }
 
 void WorkerPool::drain(std::function<void()> drained) {
@@ -87,11 +98,10 @@ void WorkerPool::drain(std::function<void()> drained) {
     draining_ = true;
     drained_ = std::move(drained);
     supply_.stop_forking();
-    for (Queued& queued : queue_) {
+    for (Queued& queued : queue_.take_all()) {
       queued.timer->cancel();
       answer(queued.job, {fail(ErrorKind::busy, "the server is shutting down"), {ms_since(queued.job->received), 0, 0, 0}});
     }
-    queue_.clear();
     publish_load();
     check_drained();
   });
@@ -103,10 +113,9 @@ void WorkerPool::abort_running(Error error) {
 
 void WorkerPool::cancel(std::shared_ptr<ExecuteJob> job, Error error) {
   boost::asio::post(strand_, [this, job = std::move(job), error = std::move(error)] {
-    auto queued = std::find_if(queue_.begin(), queue_.end(), [&](const Queued& q) { return q.job == job; });
-    if (queued == queue_.end()) return supply_.abort_running(error, job.get());
+    auto queued = queue_.take(job->tenant, [&](const Queued& q) { return q.job == job; });
+    if (!queued) return supply_.abort_running(error, job.get());
     queued->timer->cancel();
-    queue_.erase(queued);
     publish_load();
     answer(job, {std::unexpected(error), {ms_since(job->received), 0, 0, 0}});
   });
@@ -114,6 +123,11 @@ void WorkerPool::cancel(std::shared_ptr<ExecuteJob> job, Error error) {
 
 WorkerPool::Load WorkerPool::load() const {
   return {config_.workers_per_group * config_.groups.size(), running_count_.load(), waiting_count_.load()};
+}
+
+std::vector<WorkerPool::TenantLoad> WorkerPool::tenant_load() const {
+  std::lock_guard lock(mutex_);
+  return tenant_load_;
 }
 
 std::map<std::string, std::string> WorkerPool::versions() const {
@@ -131,11 +145,10 @@ void WorkerPool::dispatch() {
     if (free == idle_.end()) break;
     WorkerPtr worker = *free;
     idle_.erase(free);
-    Queued queued = std::move(queue_.front());
-    queue_.pop_front();
+    Queued queued = *queue_.pop();  // its tenant's turn (FairQueue)
     queued.timer->cancel();
     if (!worker->run(queued.job)) {
-      enqueue(std::move(queued.job), /*front=*/true);  // that worker died; the next one takes it
+      (void)enqueue(std::move(queued.job), /*put_back=*/true);  // that worker died; the next one takes it
       continue;
     }
     ++running_[worker->group()];
@@ -146,6 +159,7 @@ void WorkerPool::dispatch() {
 
 void WorkerPool::on_finished(const WorkerPtr& worker, std::shared_ptr<ExecuteJob> job, JobOutcome outcome) {
   --running_[worker->group()];
+  queue_.finished(job->tenant);
   publish_load();
   answer(std::move(job), std::move(outcome));
   if (draining_) return check_drained();
@@ -165,6 +179,9 @@ void WorkerPool::answer(std::shared_ptr<ExecuteJob> job, JobOutcome outcome) {
 void WorkerPool::publish_load() {
   running_count_ = std::accumulate(running_.begin(), running_.end(), std::size_t{0});
   waiting_count_ = queue_.size();
+  std::lock_guard lock(mutex_);
+  for (std::size_t tenant = 0; tenant < tenant_load_.size(); ++tenant)
+    tenant_load_[tenant] = {queue_.running(tenant), queue_.waiting(tenant)};
 }
 
 void WorkerPool::check_drained() {

@@ -1,7 +1,9 @@
 // WorkerPool: the front's queue of accepted programs, matched to prepared workers.
 //
-// A job waits in the queue (first in, first out) until a worker of a group with room is
-// idle, for at most the queue timeout (then: busy). The workers themselves come from the
+// A job waits in its tenant's queue until a worker of a group with room is idle, for at
+// most the queue timeout (then: busy); tenants share the workers (FairQueue: the tenant
+// with the fewest running goes first, each tenant's programs in their order), and a tenant
+// with its most programs waiting has the next one refused as busy. The workers themselves come from the
 // WorkerSupply and speak through their WorkerHandle (which runs the job: delivery,
 // deadline, crash attribution); the GPU leases they ask for go through the LeaseBroker.
 // Every mutation happens on the pool's strand; submit(), drain(), load(), versions(),
@@ -19,7 +21,6 @@
 #include <boost/asio/strand.hpp>
 #include <deque>
 #include <functional>
-#include <list>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -27,6 +28,7 @@
 #include <vector>
 
 #include "execute_job.hpp"
+#include "fair_queue.hpp"
 #include "lease_broker.hpp"
 #include "worker_supply.hpp"
 
@@ -44,11 +46,19 @@ class WorkerPool {
     // a quarter second or more to make; with fresh workers this bounds programs/s.
     std::size_t context_inits_at_once = 1;
     double queue_timeout_seconds = 1800;
+    std::size_t tenants = 1;                // jobs' tenants are 0 to tenants - 1
+    std::size_t max_queued_per_tenant = 256;
+    // Called on the strand each time a job is refused for its tenant's full queue.
+    std::function<void()> tenant_queue_full;
     std::size_t max_message_bytes = std::size_t{1} << 30;  // a worker's largest frame
     ZygoteConfig zygote;
   };
   struct Load {
     std::size_t capacity = 0;
+    std::size_t running = 0;
+    std::size_t waiting = 0;
+  };
+  struct TenantLoad {
     std::size_t running = 0;
     std::size_t waiting = 0;
   };
@@ -70,6 +80,7 @@ class WorkerPool {
   void cancel(std::shared_ptr<ExecuteJob> job, Error error);
 
   [[nodiscard]] Load load() const;
+  [[nodiscard]] std::vector<TenantLoad> tenant_load() const;  // by tenant
   [[nodiscard]] std::map<std::string, std::string> versions() const;
   [[nodiscard]] bool ready() const { return ready_.load(); }
   // Why the workers cannot start, once that is known (empty until then).
@@ -81,7 +92,8 @@ class WorkerPool {
     std::unique_ptr<boost::asio::steady_timer> timer;
   };
 
-  void enqueue(std::shared_ptr<ExecuteJob> job, bool front);
+  // False when the job's tenant has its most waiting (never for a job put back).
+  [[nodiscard]] bool enqueue(std::shared_ptr<ExecuteJob> job, bool put_back);
   void dispatch();
   void on_finished(const WorkerPtr& worker, std::shared_ptr<ExecuteJob> job, JobOutcome outcome);
   void on_gone(const WorkerPtr& worker);
@@ -96,16 +108,17 @@ class WorkerPool {
 
   std::deque<WorkerPtr> idle_;
   std::vector<std::size_t> running_;  // per group
-  std::list<Queued> queue_;
+  FairQueue<Queued> queue_;
   bool draining_ = false;
   std::function<void()> drained_;
 
   std::atomic<bool> ready_{false};
   std::atomic<std::size_t> running_count_{0};
   std::atomic<std::size_t> waiting_count_{0};
-  mutable std::mutex mutex_;  // for the two below
+  mutable std::mutex mutex_;  // for the three below
   std::map<std::string, std::string> versions_;
   std::string startup_error_;
+  std::vector<TenantLoad> tenant_load_;
 };
 
 }  // namespace kcoral

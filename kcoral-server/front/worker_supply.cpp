@@ -26,7 +26,9 @@ Status WorkerSupply::start() {
                                 top_up();
                               },
                               [this](pid_t pid, UniqueFd channel) { on_forked(pid, std::move(channel)); },
-                              [this](pid_t pid, std::string how) { on_exited(pid, how); },
+                              [this](pid_t pid, std::string how, std::optional<std::string> failure) {
+                                on_exited(pid, how, failure);
+                              },
                               [this](std::string message) { on_zygote_failed(message); }});
   return zygote_->start();
 }
@@ -70,11 +72,11 @@ void WorkerSupply::on_forked(pid_t pid, UniqueFd channel) {
   worker->start();
 }
 
-void WorkerSupply::on_exited(pid_t pid, const std::string& how) {
+void WorkerSupply::on_exited(pid_t pid, const std::string& how, const std::optional<std::string>& failure) {
   auto it = workers_.find(pid);
   if (it == workers_.end()) return;
   WorkerPtr worker = it->second;  // exited() may drop the map's reference
-  worker->exited(how);
+  worker->exited(how, failure);
 }
 
 void WorkerSupply::on_gone(const WorkerPtr& worker) {

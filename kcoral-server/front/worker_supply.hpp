@@ -66,7 +66,7 @@ class WorkerSupply {
 
  private:
   void on_forked(pid_t pid, UniqueFd channel);
-  void on_exited(pid_t pid, const std::string& how);
+  void on_exited(pid_t pid, const std::string& how, const std::optional<std::string>& failure);
   void on_zygote_failed(const std::string& message);
   void restart_zygote();
   void on_gone(const WorkerPtr& worker);

@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "process_tree.hpp"
+#include "program_environment.hpp"
 
 extern char** environ;
 
@@ -22,6 +23,26 @@ namespace {
 constexpr std::size_t kMaxMessageBytes = 1 << 20;
 
 }  // namespace
+
+std::vector<std::string> zygote_environment(char** server_environment,
+                                            const std::vector<std::string>& program_environment) {
+  std::vector<std::string> variables;
+  auto put = [&](const std::string& assignment) {
+    std::string name = assignment.substr(0, assignment.find('='));
+    std::erase_if(variables, [&](const std::string& v) { return v.compare(0, name.size() + 1, name + "=") == 0; });
+    variables.push_back(assignment);
+  };
+  for (char** entry = server_environment; entry != nullptr && *entry != nullptr; ++entry) {
+    std::string_view assignment(*entry);
+    for (std::string_view name : kMachineryVariables)
+      if (assignment.size() > name.size() && assignment.starts_with(name) && assignment[name.size()] == '=')
+        put(std::string(assignment));
+  }
+  put(std::string("PATH=") + kDefaultSystemPath);
+  put("LANG=C.UTF-8");
+  for (const std::string& assignment : program_environment) put(assignment);
+  return variables;
+}
 
 ZygoteHandle::ZygoteHandle(Strand strand, ZygoteConfig config, Callbacks callbacks)
     : strand_(strand), config_(std::move(config)), callbacks_(std::move(callbacks)), readable_(strand) {}
@@ -46,9 +67,17 @@ Status ZygoteHandle::start() {
     args.push_back(config_.python);
   }
   args.insert(args.end(), config_.sandbox_args.begin(), config_.sandbox_args.end());
+  for (const std::string& assignment : config_.program_environment) {
+    args.push_back("--program-env");
+    args.push_back(assignment);
+  }
   std::vector<char*> argv;
   for (std::string& arg : args) argv.push_back(arg.data());
   argv.push_back(nullptr);
+  std::vector<std::string> environment = zygote_environment(environ, config_.program_environment);
+  std::vector<char*> envp;
+  for (std::string& variable : environment) envp.push_back(variable.data());
+  envp.push_back(nullptr);
   // The front ignores SIGPIPE; user programs must not inherit that (nor its signal mask).
   posix_spawnattr_t attributes;
   posix_spawnattr_init(&attributes);
@@ -59,7 +88,7 @@ Status ZygoteHandle::start() {
   posix_spawnattr_setsigdefault(&attributes, &defaults);
   posix_spawnattr_setsigmask(&attributes, &empty);
   posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
-  int rc = ::posix_spawn(&pid_, config_.worker_path.c_str(), &actions, &attributes, argv.data(), environ);
+  int rc = ::posix_spawn(&pid_, config_.worker_path.c_str(), &actions, &attributes, argv.data(), envp.data());
   posix_spawnattr_destroy(&attributes);
   posix_spawn_file_actions_destroy(&actions);
   if (rc != 0)
@@ -141,7 +170,12 @@ void ZygoteHandle::handle(wire::Received received) {
   } else if (auto* exited = std::get_if<wire::Exited>(&received.message)) {
     std::string how = exited->signal ? "killed by signal " + std::to_string(*exited->signal)
                                      : "exit code " + std::to_string(exited->exit_code.value_or(0));
-    callbacks_.on_exited(static_cast<pid_t>(exited->pid), how);
+    std::optional<std::string> failure;
+    if (exited->out_of_memory.value_or(false))
+      failure = "the program ran out of memory: its processes together reached its memory limit of " +
+                std::to_string(config_.memory_limit_bytes >> 20) + " MiB (--memory-limit-bytes " +
+                std::to_string(config_.memory_limit_bytes) + "), and all of them were killed";
+    callbacks_.on_exited(static_cast<pid_t>(exited->pid), how, std::move(failure));
   } else if (auto* failed = std::get_if<wire::ZygoteFailed>(&received.message)) {
     callbacks_.on_failed(failed->message);
   } else {

@@ -2,7 +2,15 @@
 //
 // Starts the process with a control channel, asks it to fork children, and reports what
 // it says: ready (with the environment's versions), forked (a child's pid and channel),
-// exited (a child's end), or failed (the zygote itself is gone or broken). The zygote
+// exited (a child's end, and the failure to report for its program when its processes
+// ran out of their memory limit), or failed (the zygote itself is gone or broken).
+//
+// The zygote gets none of the server's environment but what the worker machinery reads
+// before any program runs (kMachineryVariables: the dynamic loader's library path, the
+// embedded interpreter's own variables), the programs' PATH and LANG, and the
+// operator's --program-env; each worker then sets its programs' own list
+// (kcoral-server/worker/program_environment.hpp). A token or any other secret in the
+// server's environment so never reaches a worker's memory. The zygote
 // runs no user code, but what it says is checked all the same: a message out of turn
 // (a fork nobody asked for, a second ready), or a forked pid that is not the zygote's
 // own child, counts as a broken zygote, which is killed and reported failed. All
@@ -15,7 +23,9 @@
 #include <boost/asio/strand.hpp>
 #include <boost/asio/io_context.hpp>
 #include <functional>
+#include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,7 +42,17 @@ struct ZygoteConfig {
   std::size_t programs_per_worker = 1;
   int cuda_connections = 0;  // > 0: the workers' CUDA_DEVICE_MAX_CONNECTIONS
   std::vector<std::string> sandbox_args;  // passed on to kcoral-worker as they are
+  std::vector<std::string> program_environment;  // NAME=VALUE, --program-env
+  std::uint64_t memory_limit_bytes = 0;          // named in the failure of a program out of memory
 };
+
+// What the zygote takes from the server's environment, when set there.
+inline constexpr const char* kMachineryVariables[] = {"LD_LIBRARY_PATH", "PYTHONPATH", "PYTHONHOME", "KCORAL_PYTHON"};
+
+// The zygote's environment (NAME=VALUE): of `server_environment` (environ), only
+// kMachineryVariables; then PATH and LANG as programs get them, and the operator's.
+[[nodiscard]] std::vector<std::string> zygote_environment(char** server_environment,
+                                                          const std::vector<std::string>& program_environment);
 
 class ZygoteHandle {
  public:
@@ -40,7 +60,8 @@ class ZygoteHandle {
   struct Callbacks {
     std::function<void(std::map<std::string, std::string> versions)> on_ready;
     std::function<void(pid_t pid, UniqueFd channel)> on_forked;
-    std::function<void(pid_t pid, std::string how)> on_exited;
+    // `failure`: why the program it ran failed, when the zygote knows (out of memory).
+    std::function<void(pid_t pid, std::string how, std::optional<std::string> failure)> on_exited;
     std::function<void(std::string message)> on_failed;
   };
 

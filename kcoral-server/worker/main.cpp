@@ -16,6 +16,8 @@
 #include "messages.hpp"
 #include "executable_path.hpp"
 #include "process_tree.hpp"
+#include "program_environment.hpp"
+#include "user_id_pool.hpp"
 #include "zygote.hpp"
 
 namespace {
@@ -61,10 +63,28 @@ int main(int argc, char** argv) {
   app.add_option("--process-limit", sandbox_config.processes);
   app.add_option("--open-files-limit", sandbox_config.open_files);
   app.add_option("--scratch-bytes", sandbox_config.scratch_bytes);
-  app.add_option("--sandbox-uid", sandbox_config.uid);
-  app.add_option("--sandbox-gid", sandbox_config.gid);
+  std::string uid_range;
+  app.add_option("--sandbox-uid-range", uid_range);
   app.add_option("--readable-path", sandbox_config.readable_paths);
+  std::vector<std::string> program_env;
+  app.add_option("--program-env", program_env, "NAME=VALUE in every program's environment (repeatable)");
   CLI11_PARSE(app, argc, argv);
+  if (!uid_range.empty()) {
+    auto range = kcoral::parse_id_range(uid_range);
+    if (!range) {
+      std::fprintf(stderr, "kcoral-worker: --sandbox-uid-range: %s\n", range.error().message.c_str());
+      return 2;
+    }
+    std::tie(sandbox_config.first_uid, sandbox_config.last_uid) = *range;
+  }
+  for (const std::string& assignment : program_env) {
+    auto variable = kcoral::parse_environment_assignment(assignment);
+    if (!variable) {
+      std::fprintf(stderr, "kcoral-worker: --program-env: %s\n", variable.error().message.c_str());
+      return 2;
+    }
+    options.program_environment.push_back(std::move(*variable));
+  }
 
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the front
   raise_descriptor_limit();
@@ -94,6 +114,7 @@ int main(int argc, char** argv) {
   if (!executor) return failed(executor.error().message);
   auto versions = (*executor)->versions();
   (*executor)->prepare_for_fork();
+  options.interpreter_bin = kcoral::interpreter_bin();
 
   // What workers may read: the interpreter's environment and the libraries' directories.
   sandboxes.add_readable_paths(kcoral::interpreter_paths());
@@ -116,7 +137,9 @@ int main(int argc, char** argv) {
   int signal_fd = ::signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
   kcoral::Zygote zygote(options, **executor, sandboxes, std::move(control));
   // A sandbox that cannot be made here fails the start, not every program.
-  if (sandbox_config.enabled)
+  if (sandbox_config.enabled) {
     if (auto tried = zygote.trial(); !tried) return zygote.failed_to_start(tried.error().message);
+    std::fprintf(stderr, "kcoral-server: limits: %s\n", sandboxes.limits_description().c_str());
+  }
   return zygote.serve(signal_fd, std::move(versions));
 }

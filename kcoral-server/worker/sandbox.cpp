@@ -1,5 +1,6 @@
 // Sandbox: namespaces, a new root of read-only binds and private tmpfs, the uid-map
-// handshake with the zygote, capabilities dropped, limits and the seccomp filter.
+// handshake with the zygote, a user id and a control group per worker, capabilities
+// dropped, limits and the seccomp filter.
 #include "sandbox.hpp"
 
 #include <fcntl.h>
@@ -25,7 +26,9 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <random>
 
+#include "cgroup_layout.hpp"
 #include "seccomp_filter.hpp"
 
 namespace kcoral {
@@ -38,8 +41,25 @@ constexpr gid_t kInsideGid = 1000;
 constexpr const char* kScratch = "/tmp";
 constexpr const char* kHome = "/tmp/home";
 // The system a program may read. Top-level symbolic links (merged /usr) are copied.
-constexpr const char* kSystemPaths[] = {"/usr", "/etc", "/opt", "/sys", "/bin", "/sbin",
+constexpr const char* kSystemPaths[] = {"/usr", "/etc", "/opt", "/bin", "/sbin",
                                         "/lib", "/lib32", "/lib64", "/libx32"};
+// What a program may read of /sys, each at its own path (the rest of /sys is absent):
+//   /sys/devices/system/cpu    os.cpu_count() (glibc reads cpu/online), torch's cpuinfo
+//                              (topology, caches), the CUDA driver's CPU affinity
+//   /sys/devices/system/node   NUMA nodes (libnuma, the driver, torch)
+//   /sys/kernel/mm/transparent_hugepage   glibc's and allocators' huge page size
+//   /sys/bus/pci               the PCI bus's device links, by which NVML and the driver
+//                              find a GPU's device directory; of the directories they
+//                              lead to only the worker's own GPU's is there (below), so
+//                              no other device, a network card's MAC address among them
+// and on a GPU server the worker's GPU's device directory (/sys/devices/pci.../<bus id>)
+// and the NVIDIA driver's modules (/sys/module/nvidia*: version, parameters). Never
+// /sys/class (the network interfaces, their addresses), /sys/firmware, /sys/fs.
+constexpr const char* kSysPaths[] = {"/sys/devices/system/cpu", "/sys/devices/system/node",
+                                     "/sys/kernel/mm/transparent_hugepage", "/sys/bus/pci"};
+// The scratch space's inodes: one per 16 KiB of it (131,072 for the default 2 GiB), so
+// that empty files cannot cost the kernel more memory than the space itself.
+constexpr std::uint64_t kScratchBytesPerInode = 16384;
 constexpr const char* kDevices[] = {"null", "zero", "full", "random", "urandom"};
 constexpr auto kAdmitTimeout = std::chrono::seconds(10);
 
@@ -91,8 +111,14 @@ Status bind_read_only(const std::string& source, const std::string& target) {
   return mount_or_fail(nullptr, target, nullptr, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV);
 }
 
-// The minor number of the GPU whose UUID is `uuid`, from the driver's /proc files.
-std::optional<int> nvidia_minor(const std::string& uuid) {
+struct NvidiaGpu {
+  int minor = 0;        // of /dev/nvidia<minor>
+  std::string bus_id;   // its PCI address, 0000:00:06.0
+};
+
+// The GPU whose UUID is `uuid`, from the driver's /proc files (one directory per GPU,
+// named by its bus id).
+std::optional<NvidiaGpu> find_gpu(const std::string& uuid) {
   std::error_code ec;
   for (const auto& gpu : fs::directory_iterator("/proc/driver/nvidia/gpus", ec)) {
     std::ifstream information(gpu.path() / "information");
@@ -102,16 +128,30 @@ std::optional<int> nvidia_minor(const std::string& uuid) {
       if (line.rfind("GPU UUID:", 0) == 0) found_uuid = line.substr(line.find_first_not_of(" \t", 9));
       if (line.rfind("Device Minor:", 0) == 0) minor = std::atoi(line.c_str() + 13);
     }
-    if (found_uuid == uuid && minor) return minor;
+    if (found_uuid == uuid && minor) return NvidiaGpu{*minor, gpu.path().filename().string()};
   }
   return std::nullopt;
 }
 
 // The device nodes of the GPU `uuid`: the GPU's own and the driver's shared ones.
-std::vector<std::string> gpu_devices(const std::string& uuid) {
+std::vector<std::string> gpu_devices(const std::optional<NvidiaGpu>& gpu) {
   std::vector<std::string> devices{"nvidiactl", "nvidia-uvm"};
-  if (auto minor = nvidia_minor(uuid)) devices.push_back("nvidia" + std::to_string(*minor));
+  if (gpu) devices.push_back("nvidia" + std::to_string(gpu->minor));
   return devices;
+}
+
+// What a GPU worker may read of /sys besides kSysPaths: its GPU's device directory and
+// the NVIDIA modules.
+std::vector<std::string> gpu_sys_paths(const std::optional<NvidiaGpu>& gpu) {
+  std::vector<std::string> paths;
+  std::error_code ec;
+  if (gpu) {
+    fs::path device = fs::canonical("/sys/bus/pci/devices/" + gpu->bus_id, ec);
+    if (!ec && device.string().rfind("/sys/devices/", 0) == 0) paths.push_back(device.string());
+  }
+  for (const auto& module : fs::directory_iterator("/sys/module", ec))
+    if (module.path().filename().string().rfind("nvidia", 0) == 0) paths.push_back(module.path().string());
+  return paths;
 }
 
 // Sets soft and hard limit to `value`, or to the hard limit the server was given where that
@@ -131,6 +171,17 @@ Status drop_capabilities() {
   __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
   __user_cap_data_struct data[_LINUX_CAPABILITY_U32S_3] = {};
   if (::syscall(SYS_capset, &header, data) != 0) return system_error("dropping capabilities");
+  return {};
+}
+
+// Raises the effective capabilities back to the permitted ones: a root process whose
+// effective uid leaves 0 loses them, and keeps them permitted while its real uid is 0.
+Status raise_effective_capabilities() {
+  __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[_LINUX_CAPABILITY_U32S_3] = {};
+  if (::syscall(SYS_capget, &header, data) != 0) return system_error("reading capabilities");
+  for (auto& set : data) set.effective = set.permitted;
+  if (::syscall(SYS_capset, &header, data) != 0) return system_error("raising capabilities");
   return {};
 }
 
@@ -174,7 +225,63 @@ Status Sandbox::prepare_zygote() {
   filter_ = std::move(*filter);
   if (auto s = make_directories(config_.root_mountpoint); !s) return s;
   add_readable_paths(config_.readable_paths);
+  if (zygote_is_root_) {
+    if (config_.first_uid == 0 || config_.last_uid < config_.first_uid)
+      return fail(ErrorKind::engine, "the sandbox's user id range may not include root, and must not be empty");
+    std::uniform_int_distribution<std::uint64_t> offset(0, std::uint64_t{config_.last_uid} - config_.first_uid);
+    std::random_device random;
+    uids_.emplace(config_.first_uid, config_.last_uid, static_cast<uid_t>(config_.first_uid + offset(random)));
+  }
+  if (config_.cgroups) {
+    auto layout = read_cgroup_layout();
+    auto groups = layout ? ProgramCgroups::create(*layout, "kcoral-" + std::to_string(::getpid()),
+                                                  {config_.memory_bytes, config_.processes})
+                         : Result<ProgramCgroups>(std::unexpected(layout.error()));
+    if (groups) cgroups_ = std::move(*groups);
+    else no_cgroups_ = groups.error().message;
+  } else {
+    no_cgroups_ = "not asked for";
+  }
   return {};
+}
+
+std::string Sandbox::limits_description() const {
+  if (!config_.enabled) return "no sandbox: programs share every limit with the server";
+  auto mib = [](std::uint64_t bytes) { return std::to_string(bytes >> 20) + " MiB"; };
+  const char* per_process_memory = config_.gpu ? "data segment" : "address space";
+  std::string text;
+  auto uses = [&](const char* controller) {
+    return cgroups_ && std::find(cgroups_->controllers().begin(), cgroups_->controllers().end(), controller) !=
+                           cgroups_->controllers().end();
+  };
+  if (cgroups_) {
+    text = "each program in a control group of its own, " + cgroups_->description() + ". ";
+  } else {
+    text = "no control groups (" + no_cgroups_ + "). ";
+  }
+  if (uses("memory"))
+    text += "Memory: " + mib(config_.memory_bytes) + " for all of a program's processes together, tmpfs and memfd "
+            "pages included, no swap, the whole program killed past it (and " + mib(config_.memory_bytes) + " of " +
+            per_process_memory + " per process). ";
+  else
+    text += "Memory: per process only (" + mib(config_.memory_bytes) + " of " + per_process_memory +
+            "), not for a program's processes together, nor its tmpfs and memfd pages beyond the scratch size. ";
+  text += "Processes: " + std::to_string(config_.processes) +
+          (uses("pids") ? " per program (control group)" : "") +
+          (zygote_is_root_ ? ", and per program's user (RLIMIT_NPROC). " : " per user (RLIMIT_NPROC). ");
+  text += uses("cpu") ? "CPU: the same weight for every program. "
+                      : "CPU: no weight per program: the CPUs are shared between threads, so a program of many "
+                        "processes gets more of them. ";
+  text += "Descriptors: " + std::to_string(config_.open_files) + " per process, " +
+          std::to_string(config_.open_files * config_.processes) + " per program at most. ";
+  if (zygote_is_root_)
+    text += "Users: each worker runs as a user of its own outside, from " + std::to_string(config_.first_uid) + "-" +
+            std::to_string(config_.last_uid) + ", which owns its user namespace and its per-user kernel counts.";
+  else
+    text += "Users: the server is not root, so every program runs as the server's user outside, and the kernel's "
+            "per-user counts (processes, inotify instances, pipe buffers, user namespaces) are shared by all "
+            "programs and the server.";
+  return text;
 }
 
 void Sandbox::add_readable_paths(const std::vector<std::string>& paths) {
@@ -208,11 +315,36 @@ Result<pid_t> Sandbox::fork() {
     if (pid < 0) return system_error("fork");
     return pid;
   }
+  forking_ = Worker{};
+  if (uids_) {
+    forking_.uid = uids_->take();
+    if (!forking_.uid)
+      return fail(ErrorKind::engine, "every user id of the sandbox's range is in use (" +
+                                         std::to_string(uids_->size()) + "); give a larger --sandbox-uid-range");
+  }
+  auto give_back = [&] {
+    if (forking_.uid) uids_->give_back(*forking_.uid);
+    forking_ = Worker{};
+  };
+  if (cgroups_) {
+    auto group = cgroups_->make("program-" + std::to_string(++forks_));
+    if (!group) {
+      give_back();
+      return std::unexpected(group.error());
+    }
+    forking_.cgroup = std::move(*group);
+  }
   int pair[2];
-  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) != 0) return system_error("socketpair");
+  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) != 0) {
+    give_back();
+    return system_error("socketpair");
+  }
   admit_parent_ = UniqueFd(pair[0]);
   admit_child_ = UniqueFd(pair[1]);
-  if (::unshare(CLONE_NEWPID) != 0) return system_error("cannot make a PID namespace");
+  if (::unshare(CLONE_NEWPID) != 0) {
+    give_back();
+    return system_error("cannot make a PID namespace");
+  }
   // The namespace's first process is its init; the worker comes second.
   auto back = [&]() -> Status {  // the next fork starts from the zygote's own namespace again
     if (::setns(own_pid_namespace_.get(), CLONE_NEWPID) != 0) return system_error("setns back to the zygote's");
@@ -238,16 +370,24 @@ Result<pid_t> Sandbox::fork() {
   posix_spawn_file_actions_destroy(&actions);
   if (rc != 0) {
     (void)back();
+    give_back();
     errno = rc;
     return system_error("starting " + config_.init_path);
   }
+  forking_.init = init;
   pid_t pid = ::fork();
   int saved = errno;
   if (pid != 0) {
-    if (auto status = back(); !status) return std::unexpected(status.error());
+    Status returned = back();
     admit_child_.reset();
-    if (pid > 0) inits_[pid] = init;
-    else ::kill(init, SIGKILL);
+    if (pid > 0) {
+      workers_[pid] = std::move(forking_);
+    } else {
+      ::kill(init, SIGKILL);  // reaped as any released worker's init
+      ending_[init] = std::move(forking_);
+    }
+    forking_ = Worker{};
+    if (!returned) return std::unexpected(returned.error());
   } else {
     admit_parent_.reset();
   }
@@ -264,8 +404,13 @@ void Sandbox::admit(pid_t child) {
   auto timeout_ms = std::chrono::duration_cast<std::chrono::milliseconds>(kAdmitTimeout).count();
   if (::poll(&readable, 1, static_cast<int>(timeout_ms)) != 1 || ::read(socket.get(), &byte, 1) != 1) return;
   // The child made its user namespace: map its one user, unprivileged outside.
-  uid_t outside_uid = zygote_is_root_ ? config_.uid : 0;
-  gid_t outside_gid = zygote_is_root_ ? config_.gid : 0;
+  auto worker = workers_.find(child);
+  uid_t outside_uid = zygote_is_root_ && worker != workers_.end() && worker->second.uid ? *worker->second.uid : 0;
+  if (zygote_is_root_ && outside_uid == 0) {
+    ::kill(child, SIGKILL);  // never mapped to root
+    return;
+  }
+  gid_t outside_gid = outside_uid;
   std::string proc = "/proc/" + std::to_string(child);
   bool mapped = write_file(proc + "/setgroups", "deny") &&
                 write_file(proc + "/gid_map", std::to_string(kInsideGid) + " " + std::to_string(outside_gid) + " 1") &&
@@ -274,23 +419,69 @@ void Sandbox::admit(pid_t child) {
   if (::write(socket.get(), &byte, 1) != 1) ::kill(child, SIGKILL);  // it cannot go on unmapped
 }
 
-void Sandbox::release(pid_t child) {
-  auto it = inits_.find(child);
-  if (it == inits_.end()) return;
-  ::kill(it->second, SIGKILL);  // the zygote reaps it like any child
-  inits_.erase(it);
+bool Sandbox::release(pid_t child) {
+  auto it = workers_.find(child);
+  if (it == workers_.end()) return false;
+  Worker worker = std::move(it->second);
+  workers_.erase(it);
+  bool out_of_memory = worker.ran_out_of_memory || (worker.cgroup && worker.cgroup->oom_kills() > 0);
+  if (worker.init > 0) {
+    ::kill(worker.init, SIGKILL);  // the zygote reaps it like any child, then reaped() ends the rest
+    pid_t init = worker.init;
+    ending_[init] = std::move(worker);
+  } else if (worker.uid) {
+    uids_->give_back(*worker.uid);
+  }
+  return out_of_memory;
+}
+
+void Sandbox::reaped(pid_t pid) {
+  auto it = ending_.find(pid);
+  if (it == ending_.end()) {
+    // An init that ended before its worker was released (it cannot, while the worker
+    // lives, but its pid must never be signalled once reaped).
+    for (auto& [worker, record] : workers_)
+      if (record.init == pid) record.init = -1;
+    return;
+  }
+  if (it->second.uid) uids_->give_back(*it->second.uid);
+  ending_.erase(it);  // and with it the control group, empty now
 }
 
 std::vector<pid_t> Sandbox::inits() const {
   std::vector<pid_t> pids;
-  for (const auto& [worker, init] : inits_) pids.push_back(init);
+  for (const auto& [worker, record] : workers_)
+    if (record.init > 0) pids.push_back(record.init);
+  for (const auto& [init, record] : ending_) pids.push_back(init);
   return pids;
+}
+
+std::vector<std::pair<int, pid_t>> Sandbox::memory_events() const {
+  std::vector<std::pair<int, pid_t>> events;
+  for (const auto& [worker, record] : workers_)
+    if (record.cgroup && record.cgroup->memory_event_fd() >= 0) events.emplace_back(record.cgroup->memory_event_fd(), worker);
+  return events;
+}
+
+void Sandbox::out_of_memory(pid_t worker) {
+  auto it = workers_.find(worker);
+  if (it == workers_.end() || !it->second.cgroup || !it->second.cgroup->take_memory_event()) return;
+  // The namespace's init takes every process of the program with it; the worker is
+  // killed too, so that it ends at once rather than when the kernel gets to it.
+  it->second.ran_out_of_memory = true;
+  if (it->second.init > 0) ::kill(it->second.init, SIGKILL);
+  ::kill(-worker, SIGKILL);
+  ::kill(worker, SIGKILL);
 }
 
 Result<std::string> Sandbox::enter(std::vector<int> keep, const std::string& visible_devices) {
   if (!config_.enabled) return std::string();
   UniqueFd admit = std::move(admit_child_);
   keep.push_back(admit.get());
+  // Into its control group first, so that everything it does from here on is charged
+  // there, and so that its cgroup namespace (below) is rooted at its own group.
+  if (forking_.cgroup)
+    if (auto joined = forking_.cgroup->join(); !joined) return std::unexpected(joined.error());
 
   // Namespaces but the user's, which comes last (its maps are the zygote's to write).
   if (::unshare(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWNET | CLONE_NEWUTS | CLONE_NEWCGROUP) != 0)
@@ -304,15 +495,6 @@ Result<std::string> Sandbox::enter(std::vector<int> keep, const std::string& vis
   for (const char* path : kSystemPaths) {
     struct stat info {};
     if (::lstat(path, &info) != 0) continue;
-    if (std::string_view(path) == "/sys") {  // sysfs itself; the file systems mounted on it stay out
-      if (auto s = make_mountpoint(root + path, true); !s) return std::unexpected(s.error());
-      if (auto s = mount_or_fail(path, root + path, nullptr, MS_BIND); !s) return std::unexpected(s.error());
-      if (auto s = mount_or_fail(nullptr, root + path, nullptr, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID |
-                                 MS_NODEV | MS_NOEXEC);
-          !s)
-        return std::unexpected(s.error());
-      continue;
-    }
     if (S_ISLNK(info.st_mode)) {
       char target[4096];
       ssize_t n = ::readlink(path, target, sizeof target - 1);
@@ -323,11 +505,21 @@ Result<std::string> Sandbox::enter(std::vector<int> keep, const std::string& vis
       return std::unexpected(s.error());
     }
   }
-  // Private scratch space: /tmp (HOME below it), /var/tmp and /dev/shm are the same tmpfs.
-  uid_t owner = zygote_is_root_ ? config_.uid : 0;
-  gid_t group = zygote_is_root_ ? config_.gid : 0;
+  // Of /sys, the parts in kSysPaths (and a GPU worker's own GPU), on directories of the
+  // new root, which becomes read-only with it.
+  std::optional<NvidiaGpu> gpu = config_.gpu ? find_gpu(visible_devices) : std::nullopt;
+  std::vector<std::string> sys_paths(std::begin(kSysPaths), std::end(kSysPaths));
+  if (config_.gpu)
+    for (std::string& path : gpu_sys_paths(gpu)) sys_paths.push_back(std::move(path));
+  for (const std::string& path : sys_paths)
+    if (auto s = bind_read_only(path, root + path); !s) return std::unexpected(s.error());
+  // Private scratch space: /tmp (HOME below it), /var/tmp and /dev/shm are the same tmpfs,
+  // its size and its inodes bounded.
+  uid_t owner = zygote_is_root_ ? forking_.uid.value_or(0) : 0;
+  gid_t group = owner;
+  std::uint64_t inodes = std::max<std::uint64_t>(1024, config_.scratch_bytes / kScratchBytesPerInode);
   std::string scratch_options = "mode=0700,uid=" + std::to_string(owner) + ",gid=" + std::to_string(group) +
-                                ",size=" + std::to_string(config_.scratch_bytes);
+                                ",size=" + std::to_string(config_.scratch_bytes) + ",nr_inodes=" + std::to_string(inodes);
   if (auto s = make_directories(root + kScratch); !s) return std::unexpected(s.error());
   if (auto s = mount_or_fail("tmpfs", root + kScratch, "tmpfs", MS_NOSUID | MS_NODEV, scratch_options.c_str()); !s)
     return std::unexpected(s.error());
@@ -348,8 +540,8 @@ Result<std::string> Sandbox::enter(std::vector<int> keep, const std::string& vis
     return std::unexpected(s.error());
   std::vector<std::string> devices(std::begin(kDevices), std::end(kDevices));
   if (config_.gpu) {
-    auto gpu = gpu_devices(visible_devices);
-    devices.insert(devices.end(), gpu.begin(), gpu.end());
+    auto nodes = gpu_devices(gpu);
+    devices.insert(devices.end(), nodes.begin(), nodes.end());
   }
   for (const std::string& device : devices) {
     std::string host = "/dev/" + device;
@@ -400,8 +592,17 @@ Result<std::string> Sandbox::enter(std::vector<int> keep, const std::string& vis
   null.reset();
 
   // The user: no supplementary groups, then a namespace whose one user the zygote maps to
-  // an unprivileged one outside; no capabilities.
+  // an unprivileged one outside; no capabilities. A root zygote's worker makes that
+  // namespace as its own outside user (effective ids only, capabilities kept), so that the
+  // namespace is that user's: the kernel charges the per-user counts of everything inside
+  // (inotify instances, processes, user namespaces) to the namespace's owner outside,
+  // which would otherwise be root.
   if (::setgroups(0, nullptr) != 0) return system_error("dropping supplementary groups");
+  if (zygote_is_root_ && forking_.uid) {
+    if (::setresgid(0, *forking_.uid, 0) != 0) return system_error("setresgid to the sandbox's user");
+    if (::setresuid(0, *forking_.uid, 0) != 0) return system_error("setresuid to the sandbox's user");
+    if (auto s = raise_effective_capabilities(); !s) return std::unexpected(s.error());
+  }
   if (::unshare(CLONE_NEWUSER) != 0) return system_error("cannot make the sandbox's user namespace");
   char byte = 'u';
   if (::write(admit.get(), &byte, 1) != 1 || ::read(admit.get(), &byte, 1) != 1 || byte != 'k')

@@ -1,5 +1,6 @@
 // Sandbox: what a worker process may see and do, set up between its fork and its first
-// program, with the kernel's own interfaces (namespaces, mounts, seccomp, rlimits).
+// program, with the kernel's own interfaces (namespaces, mounts, control groups, seccomp,
+// rlimits).
 //
 // A sandboxed worker has a PID namespace of its own: per fork, the zygote makes one,
 // starts kcoral-init in it (init_main.cpp) and forks the worker into it, an ordinary
@@ -8,23 +9,33 @@
 // namespaces:
 //   - it sees no other process, and nothing it starts outlives it (the kernel kills a
 //     namespace's processes when its first process ends);
-//   - its filesystem is a new root: the system (/usr, /etc, /opt,
-//     /sys) and the Python environment read-only; a private tmpfs of `scratch_bytes` for
-//     /tmp (also /var/tmp, /dev/shm, the working directory and HOME) that vanishes with
-//     it; a /dev of null, zero, full, random, urandom and, on a GPU server, the worker's
-//     GPU's nodes (/dev/nvidia<N>, nvidiactl, nvidia-uvm) and no others;
+//   - its filesystem is a new root: the system (/usr, /etc, /opt) and the Python
+//     environment read-only; of /sys only what Python, the CUDA driver and its tools read
+//     (kSysPaths in sandbox.cpp: the CPUs and NUMA nodes, the PCI bus's links and the
+//     worker's own GPU, the NVIDIA modules; never the network interfaces); a private tmpfs
+//     of `scratch_bytes` (and an inode per 16 KiB of it) for /tmp (also /var/tmp,
+//     /dev/shm, the working directory and HOME) that vanishes with it; a /dev of null,
+//     zero, full, random, urandom and, on a GPU server, the worker's GPU's nodes
+//     (/dev/nvidia<N>, nvidiactl, nvidia-uvm) and no others;
 //   - no network but a loopback of its own;
-//   - an unprivileged user (uid 1000 inside, `uid` outside when the server runs as root)
+//   - an unprivileged user (uid 1000 inside; outside, when the server runs as root, an id
+//     of its own from the operator's range, user_id_pool.hpp, which also owns its user
+//     namespace, so that the kernel's per-user counts of the program are charged to it)
 //     with no capabilities and no way to gain any (no_new_privs);
 //   - a seccomp filter against what a benchmark never needs (seccomp_filter.hpp);
-//   - resource limits: memory (address space on a CPU server; on a GPU server, where CUDA
-//     reserves address space far beyond memory, the data segment), file size, processes
-//     and threads, open files, no core dumps.
+//   - a control group of its own where the host lets the server make them
+//     (program_cgroups.hpp): memory of all its processes together, tmpfs and memfd pages
+//     included, no swap, the whole program killed past it; processes and threads; an
+//     equal CPU weight;
+//   - resource limits per process: memory (address space on a CPU server; on a GPU
+//     server, where CUDA reserves address space far beyond memory, the data segment),
+//     file size, processes and threads (per user, so per program), open files, no core
+//     dumps.
 // Only the descriptors the worker needs survive (standard streams point at /dev/null).
 //
 //   // zygote, once:  Sandbox sandbox(config);     sandbox.prepare_zygote();
 //   // per fork:      auto child = sandbox.fork();  (child: sandbox.enter(...); parent: sandbox.admit(pid))
-//   // reaped:        sandbox.release(pid);
+//   // reaped:        bool out_of_memory = sandbox.release(pid);  ...  sandbox.reaped(init);
 #pragma once
 
 #include <sys/types.h>
@@ -37,20 +48,28 @@
 
 #include "kcoral/error.hpp"
 #include "kcoral/unique_fd.hpp"
+#include "program_cgroups.hpp"
 #include "seccomp_filter.hpp"
+#include "user_id_pool.hpp"
 
 namespace kcoral {
+
+inline constexpr uid_t kDefaultFirstUid = 1879048192;  // 0x70000000
+inline constexpr uid_t kDefaultLastUid = kDefaultFirstUid + 65535;
 
 struct SandboxConfig {
   bool enabled = true;  // false: --sandbox none, nothing of the above
   bool gpu = false;
-  std::uint64_t memory_bytes = std::uint64_t{8} << 30;
+  std::uint64_t memory_bytes = std::uint64_t{8} << 30;  // of a program (and of each of its processes)
   std::uint64_t file_size_bytes = std::uint64_t{1} << 30;
   std::uint64_t processes = 256;  // processes and threads of one program
-  std::uint64_t open_files = 16384;
+  std::uint64_t open_files = 1024;  // of each process: with `processes`, 262,144 a program
   std::uint64_t scratch_bytes = std::uint64_t{2} << 30;
-  uid_t uid = 65534;  // outside, when the server runs as root
-  gid_t gid = 65534;
+  // The outside ids of workers, when the server runs as root (uid and gid alike): above
+  // the ranges systemd and its containers pick from, below 2^31.
+  uid_t first_uid = kDefaultFirstUid;
+  uid_t last_uid = kDefaultLastUid;
+  bool cgroups = true;  // a control group per program, where they can be made
   std::string root_mountpoint;            // an empty directory to build new roots on
   std::string init_path;                  // kcoral-init
   std::vector<std::string> readable_paths;  // read-only, besides the system's
@@ -67,15 +86,31 @@ class Sandbox {
   // config's are added by prepare_zygote).
   void add_readable_paths(const std::vector<std::string>& paths);
 
-  // Forks a worker into a new PID namespace (with its init). In the parent: the child's
-  // pid (or an error); in the child: 0. The parent must call admit() next.
+  // What bounds each program here, for the server's start: its control group (or why
+  // there is none, and what holds instead) and the user it runs as outside.
+  [[nodiscard]] std::string limits_description() const;
+
+  // Forks a worker into a new PID namespace (with its init), with a user id and a control
+  // group of its own. In the parent: the child's pid (or an error); in the child: 0. The
+  // parent must call admit() next.
   [[nodiscard]] Result<pid_t> fork();
   // Parent: maps the child's user namespace once it has made one (or gives up on it).
   void admit(pid_t child);
-  // Parent, once the worker `child` was reaped: ends its namespace's init.
-  void release(pid_t child);
-  // The inits of the workers not yet released (children of the zygote, like the workers).
+  // Parent, once the worker `child` was reaped: ends its namespace's init. Whether its
+  // program ran out of memory (the OOM killer took one of its processes, and with it the
+  // program).
+  bool release(pid_t child);
+  // Parent, for every child reaped: a released worker's init, once reaped, gives back its
+  // user id and its control group (its namespace, and so its group, is empty then).
+  void reaped(pid_t pid);
+  // The inits not yet reaped (children of the zygote, like the workers).
   [[nodiscard]] std::vector<pid_t> inits() const;
+  // Parent (cgroup v1): descriptors that become readable when a worker's program runs out
+  // of memory, each with the worker; then call out_of_memory(worker).
+  [[nodiscard]] std::vector<std::pair<int, pid_t>> memory_events() const;
+  // Parent: the program of `worker` ran out of memory: all of it is killed, as the OOM
+  // killer of cgroup v1 kills only one process.
+  void out_of_memory(pid_t worker);
   // Child: sets everything up. `keep` are descriptors to keep (all others are closed,
   // standard streams included, which then point at /dev/null); `visible_devices` names
   // the GPU (a UUID) whose device nodes the worker gets. Returns where programs' working
@@ -85,12 +120,26 @@ class Sandbox {
   [[nodiscard]] const SandboxConfig& config() const { return config_; }
 
  private:
+  // A forked worker's own: its namespace's init, outside user and control group.
+  struct Worker {
+    pid_t init = -1;
+    std::optional<uid_t> uid;
+    std::optional<ProgramCgroup> cgroup;
+    bool ran_out_of_memory = false;  // its memory event fired and it was killed for it
+  };
+
   SandboxConfig config_;
   std::vector<std::string> readable_;  // canonical, sorted, none under another
   UniqueFd own_pid_namespace_;  // the zygote's, to fork the next worker from
   UniqueFd admit_parent_, admit_child_;  // a socket pair for the uid-map handshake
   UniqueFd lifeline_read_, lifeline_write_;  // inits end when the zygote's end closes
-  std::map<pid_t, pid_t> inits_;             // worker -> the init of its namespace
+  std::map<pid_t, Worker> workers_;          // by worker pid, until released
+  std::map<pid_t, Worker> ending_;           // released, by init pid, until the init is reaped
+  Worker forking_;                           // the next worker's; in the child, its own
+  std::optional<UserIdPool> uids_;           // a root zygote's
+  std::optional<ProgramCgroups> cgroups_;
+  std::string no_cgroups_;                   // why there are none
+  std::uint64_t forks_ = 0;                  // names the programs' control groups
   std::optional<SeccompFilter> filter_;      // compiled once, loaded by each worker
   bool zygote_is_root_ = true;
 };

@@ -13,7 +13,9 @@
 #include <fcntl.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <vector>
 
 #include "courier.hpp"
@@ -25,27 +27,41 @@
 namespace kcoral {
 namespace {
 
-// os.environ[name] = value (which also sets the C environment). Needs the GIL.
-void set_environment(const char* name, const std::string& value) {
+// os.environ and the C environment become `variables`, and nothing else (os.environ
+// unsets what it knows of; clearenv takes what was set behind its back). Needs the GIL.
+void replace_environment(const EnvironmentVariables& variables) {
   PyObject* os = PyImport_ImportModule("os");
   PyObject* environ_map = os != nullptr ? PyObject_GetAttrString(os, "environ") : nullptr;
-  PyObject* text = PyUnicode_FromString(value.c_str());
-  if (environ_map == nullptr || text == nullptr || PyMapping_SetItemString(environ_map, name, text) != 0) {
-    PyErr_Clear();
-    ::setenv(name, value.c_str(), 1);
+  PyObject* cleared = environ_map != nullptr ? PyObject_CallMethod(environ_map, "clear", nullptr) : nullptr;
+  Py_XDECREF(cleared);
+  PyErr_Clear();
+  ::clearenv();
+  for (const auto& [name, value] : variables) {
+    PyObject* text = PyUnicode_DecodeFSDefault(value.c_str());
+    if (environ_map == nullptr || text == nullptr || PyMapping_SetItemString(environ_map, name.c_str(), text) != 0) {
+      PyErr_Clear();
+      ::setenv(name.c_str(), value.c_str(), 1);
+    }
+    Py_XDECREF(text);
   }
-  Py_XDECREF(text);
   Py_XDECREF(environ_map);
   Py_XDECREF(os);
 }
 
-// What a sandboxed program finds in its environment: a home and temporary directory in
-// its own scratch space, and its user's name.
-std::vector<std::pair<const char*, std::string>> sandbox_environment() {
-  return {{"HOME", "/tmp/home"}, {"TMPDIR", "/tmp"}, {"USER", "kcoral"}, {"LOGNAME", "kcoral"}};
-}
-
 }  // namespace
+
+std::string interpreter_bin() {
+  PyGILState_STATE gil = PyGILState_Ensure();
+  PyObject* sys = PyImport_ImportModule("sys");
+  PyObject* executable = sys != nullptr ? PyObject_GetAttrString(sys, "executable") : nullptr;
+  const char* text = executable != nullptr ? PyUnicode_AsUTF8(executable) : nullptr;
+  std::string bin = text != nullptr ? std::filesystem::path(text).parent_path().string() : std::string();
+  Py_XDECREF(executable);
+  Py_XDECREF(sys);
+  PyErr_Clear();
+  PyGILState_Release(gil);
+  return bin;
+}
 
 std::vector<std::string> interpreter_paths() {
   std::vector<std::string> paths;
@@ -99,7 +115,7 @@ Status Zygote::trial() {
   char buffer[4096];
   for (ssize_t n; (n = ::read(read_end.get(), buffer, sizeof buffer)) > 0;) report.append(buffer, n);
   ::waitpid(*pid, nullptr, 0);
-  sandbox_.release(*pid);
+  (void)sandbox_.release(*pid);
   if (report != "ok")
     return fail(ErrorKind::engine, "the sandbox cannot be set up here: " +
                                        (report.empty() ? std::string("the trial worker died") : report));
@@ -114,11 +130,16 @@ int Zygote::failed_to_start(const std::string& message) {
 int Zygote::serve(int signal_fd, std::map<std::string, std::string> versions) {
   if (!wire::send(control_, wire::ZygoteReady{std::move(versions)})) return 1;
   while (true) {
-    pollfd fds[2] = {{control_.fd(), POLLIN, 0}, {signal_fd, POLLIN, 0}};
-    if (::poll(fds, 2, -1) < 0) {
+    // The control channel, signals, and (cgroup v1) each running program's memory event.
+    std::vector<std::pair<int, pid_t>> memory_events = sandbox_.memory_events();
+    std::vector<pollfd> fds{{control_.fd(), POLLIN, 0}, {signal_fd, POLLIN, 0}};
+    for (const auto& [fd, worker] : memory_events) fds.push_back({fd, POLLIN, 0});
+    if (::poll(fds.data(), fds.size(), -1) < 0) {
       if (errno == EINTR) continue;
       return 1;
     }
+    for (std::size_t i = 0; i < memory_events.size(); ++i)
+      if (fds[2 + i].revents & POLLIN) sandbox_.out_of_memory(memory_events[i].second);
     if (fds[1].revents & POLLIN) {
       signalfd_siginfo info;
       bool stop = false;
@@ -145,15 +166,26 @@ void Zygote::fork_worker(int signal_fd, const std::string& visible_devices) {
   auto pair = Channel::socket_pair();
   if (!pair) return report_error(pair.error().message);
   auto pid = fork_child([&] {
+    // Its environment is the programs' list (program_environment.hpp), nothing of the
+    // zygote's: pinned to its GPU by UUID before anything in it can touch CUDA, through
+    // os.environ, so that programs see the same values CUDA does.
+    ProgramEnvironmentSpec spec;
+    spec.interpreter_bin = options_.interpreter_bin;
+    if (options_.device == "gpu" && std::filesystem::is_directory(kCudaToolkitBin))
+      spec.system_path = std::string(kCudaToolkitBin) + ":" + kDefaultSystemPath;
+    if (!sandbox_.config().enabled) {  // no scratch space of its own: its directory under the work root
+      spec.home = spec.tmpdir = worker_root(::getpid());
+      std::error_code ec;
+      std::filesystem::create_directories(spec.home, ec);
+    }
+    spec.visible_devices = visible_devices;
+    spec.cuda_connections = options_.cuda_connections;
+    spec.operator_variables = options_.program_environment;
+    EnvironmentVariables environment = program_environment(spec);
     PyGILState_STATE gil = PyGILState_Ensure();
-    // Pinned to its GPU by UUID before anything in it can touch CUDA; through
-    // os.environ, so that programs see the same value CUDA does.
-    if (!visible_devices.empty()) set_environment("CUDA_VISIBLE_DEVICES", visible_devices);
-    if (options_.cuda_connections > 0)
-      set_environment("CUDA_DEVICE_MAX_CONNECTIONS", std::to_string(options_.cuda_connections));
-    if (sandbox_.config().enabled)
-      for (const auto& [name, value] : sandbox_environment()) set_environment(name, value);
+    replace_environment(environment);
     PyGILState_Release(gil);
+    (void)show_environment(environment);
     ::close(signal_fd);
     (void)control_.release_socket();  // closed: only the zygote may hold the front's line
     pair->first.reset();
@@ -186,11 +218,15 @@ void Zygote::reap() {
   int status = 0;
   pid_t pid;
   while ((pid = ::waitpid(-1, &status, WNOHANG)) > 0) {
-    if (workers_.erase(pid) == 0) continue;  // an orphan we adopted, or a namespace's init
+    if (workers_.erase(pid) == 0) {  // an orphan we adopted, or a namespace's init
+      sandbox_.reaped(pid);
+      continue;
+    }
     any = true;
-    sandbox_.release(pid);
+    bool out_of_memory = sandbox_.release(pid);
     remove_tree(worker_root(pid));
-    wire::Exited exited{pid, std::nullopt, std::nullopt};
+    wire::Exited exited{pid, std::nullopt, std::nullopt, std::nullopt};
+    if (out_of_memory) exited.out_of_memory = true;
     if (WIFEXITED(status)) exited.exit_code = WEXITSTATUS(status);
     if (WIFSIGNALED(status)) exited.signal = WTERMSIG(status);
 

@@ -20,6 +20,7 @@
 
 #include "channel.hpp"
 #include "kcoral/executor.hpp"
+#include "program_environment.hpp"
 #include "sandbox.hpp"
 
 namespace kcoral {
@@ -29,10 +30,14 @@ struct ZygoteOptions {
   std::string work_root;
   std::size_t programs_per_worker = 1;
   int cuda_connections = 0;  // > 0: CUDA_DEVICE_MAX_CONNECTIONS of the workers
+  std::string interpreter_bin;              // the directory of the embedded Python
+  EnvironmentVariables program_environment;  // --program-env
 };
 
 // The directories the embedded interpreter reads from: its prefixes and sys.path.
 [[nodiscard]] std::vector<std::string> interpreter_paths();
+// The directory of the embedded interpreter's executable (sys.executable).
+[[nodiscard]] std::string interpreter_bin();
 
 class Zygote {
  public:

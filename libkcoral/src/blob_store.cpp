@@ -1,25 +1,30 @@
-// BlobStore: LRU over a byte budget, with pinned entries skipped by eviction.
+// BlobStore: LRU over a byte budget, with pinned entries skipped by eviction, keyed by
+// tenant and digest.
 #include "kcoral/blob_store.hpp"
 
 #include <algorithm>
+#include <functional>
 
 namespace kcoral {
 
 BlobStore::Pin::Pin(Pin&& other) noexcept
-    : store_(std::exchange(other.store_, nullptr)), digests_(std::move(other.digests_)) {}
+    : store_(std::exchange(other.store_, nullptr)), keys_(std::move(other.keys_)) {}
 
 BlobStore::Pin& BlobStore::Pin::operator=(Pin&& other) noexcept {
   if (this != &other) {
-    if (store_ != nullptr) store_->unpin(digests_);
+    if (store_ != nullptr) store_->unpin(keys_);
     store_ = std::exchange(other.store_, nullptr);
-    digests_ = std::move(other.digests_);
+    keys_ = std::move(other.keys_);
   }
   return *this;
 }
 
 BlobStore::Pin::~Pin() {
-  if (store_ != nullptr) store_->unpin(digests_);
+  if (store_ != nullptr) store_->unpin(keys_);
 }
+
+// By digest alone: the tenants that hold one digest are few, and equality tells them apart.
+std::size_t BlobStore::KeyHash::operator()(const Key& key) const { return std::hash<std::string>{}(key.digest); }
 
 namespace {
 
@@ -60,15 +65,16 @@ Status confine(BlobMap& blobs, const BlobStore::CopyBudget& budget) {
 
 BlobStore::BlobStore(Limits limits, DiskBlobCache* disk) : limits_(limits), disk_(disk) {}
 
-void BlobStore::put(const std::string& digest, Blob blob) {
+void BlobStore::put(std::string_view tenant, const std::string& digest, Blob blob) {
+  Key key{std::string(tenant), digest};
   {
     std::lock_guard lock(mutex_);
-    if (auto it = entries_.find(digest); it != entries_.end()) {
+    if (auto it = entries_.find(key); it != entries_.end()) {
       touch_locked(it->second);
       return;
     }
   }
-  if (disk_ != nullptr) disk_->store(digest, blob);
+  if (disk_ != nullptr) disk_->store(tenant, digest, blob);
   if (blob.size() > limits_.bytes / 4) return;  // one blob must not flush the working set
   if (blob.file_size() - blob.size() > std::max(blob.size(), kSharedFileSlack)) {
     auto copy = Blob::copy_of(blob.bytes());
@@ -76,7 +82,7 @@ void BlobStore::put(const std::string& digest, Blob blob) {
     blob = std::move(*copy);
   }
   std::lock_guard lock(mutex_);
-  if (auto it = entries_.find(digest); it != entries_.end()) {  // stored meanwhile
+  if (auto it = entries_.find(key); it != entries_.end()) {  // stored meanwhile
     touch_locked(it->second);
     return;
   }
@@ -85,21 +91,26 @@ void BlobStore::put(const std::string& digest, Blob blob) {
     file.bytes = blob.file_size();
     size_bytes_ += file.bytes;
   }
-  lru_.push_front(digest);
-  entries_.emplace(digest, Entry{std::move(blob), 0, lru_.begin()});
+  Usage& usage = usage_[key.tenant];
+  usage.bytes += blob.size();
+  ++usage.blobs;
+  lru_.push_front(key);
+  entries_.emplace(std::move(key), Entry{std::move(blob), 0, lru_.begin()});
   evict_locked();
 }
 
-std::optional<Blob> BlobStore::get(const std::string& digest) {
+std::optional<Blob> BlobStore::get(std::string_view tenant, const std::string& digest) {
   std::lock_guard lock(mutex_);
-  auto it = entries_.find(digest);
+  auto it = entries_.find(Key{std::string(tenant), digest});
   if (it == entries_.end()) return std::nullopt;
   touch_locked(it->second);
   return it->second.blob;
 }
 
-Result<BlobStore::Resolution> BlobStore::resolve(const Program& program, BlobMap supplied, const CopyBudget& budget) {
+Result<BlobStore::Resolution> BlobStore::resolve(std::string_view tenant, const Program& program, BlobMap supplied,
+                                                 const CopyBudget& budget) {
   Resolution resolution;
+  Key key{std::string(tenant), {}};
   {
     std::lock_guard lock(mutex_);
     for (const std::string& digest : program.blobs()) {
@@ -107,7 +118,8 @@ Result<BlobStore::Resolution> BlobStore::resolve(const Program& program, BlobMap
         resolution.blobs.emplace(digest, it->second);
         continue;
       }
-      if (auto it = entries_.find(digest); it != entries_.end()) {
+      key.digest = digest;
+      if (auto it = entries_.find(key); it != entries_.end()) {
         touch_locked(it->second);
         resolution.blobs.emplace(digest, it->second.blob);
       } else {
@@ -115,22 +127,23 @@ Result<BlobStore::Resolution> BlobStore::resolve(const Program& program, BlobMap
       }
     }
   }
-  for (auto& [digest, blob] : supplied) put(digest, std::move(blob));
-  // What memory lacks, the disk may still hold (from before a restart, say).
+  for (auto& [digest, blob] : supplied) put(tenant, digest, std::move(blob));
+  // What memory lacks, the tenant's part of the disk may still hold (from before a
+  // restart, say).
   if (disk_ != nullptr) {
     std::optional<std::uint64_t> refused;
     std::erase_if(resolution.missing, [&](const std::string& digest) {
       if (refused) return false;
-      std::optional<std::uint64_t> size = disk_->size_of(digest);
+      std::optional<std::uint64_t> size = disk_->size_of(tenant, digest);
       if (!size) return false;
       if (budget && !budget(*size)) {
         refused = *size;
         return false;
       }
-      std::optional<Blob> kept = disk_->load(digest);
+      std::optional<Blob> kept = disk_->load(tenant, digest);
       if (!kept) return false;
       resolution.blobs.emplace(digest, *kept);
-      put(digest, std::move(*kept));
+      put(tenant, digest, std::move(*kept));
       return true;
     });
     if (refused) return std::unexpected(over_budget(*refused).error());
@@ -154,9 +167,10 @@ Result<BlobStore::Resolution> BlobStore::resolve(const Program& program, BlobMap
   std::lock_guard lock(mutex_);
   resolution.pin.store_ = this;
   for (const auto& [digest, blob] : resolution.blobs) {
-    if (auto it = entries_.find(digest); it != entries_.end()) {
+    key.digest = digest;
+    if (auto it = entries_.find(key); it != entries_.end()) {
       ++it->second.pins;
-      resolution.pin.digests_.push_back(digest);
+      resolution.pin.keys_.push_back(key);
     }
   }
   return resolution;
@@ -177,10 +191,16 @@ std::size_t BlobStore::files() const {
   return files_.size();
 }
 
-void BlobStore::unpin(const std::vector<std::string>& digests) {
+BlobStore::Usage BlobStore::usage(std::string_view tenant) const {
   std::lock_guard lock(mutex_);
-  for (const std::string& digest : digests) {
-    if (auto it = entries_.find(digest); it != entries_.end() && it->second.pins > 0)
+  auto it = usage_.find(std::string(tenant));
+  return it == usage_.end() ? Usage{} : it->second;
+}
+
+void BlobStore::unpin(const std::vector<Key>& keys) {
+  std::lock_guard lock(mutex_);
+  for (const Key& key : keys) {
+    if (auto it = entries_.find(key); it != entries_.end() && it->second.pins > 0)
       --it->second.pins;
   }
   evict_locked();
@@ -192,12 +212,15 @@ bool BlobStore::over_budget_locked() const {
   return size_bytes_ > limits_.bytes || entries_.size() > limits_.blobs || files_.size() > limits_.files;
 }
 
-void BlobStore::erase_locked(std::unordered_map<std::string, Entry>::iterator entry) {
+void BlobStore::erase_locked(Entries::iterator entry) {
   auto file = files_.find(entry->second.blob.fd());
   if (--file->second.blobs == 0) {
     size_bytes_ -= file->second.bytes;
     files_.erase(file);
   }
+  auto usage = usage_.find(entry->first.tenant);
+  usage->second.bytes -= entry->second.blob.size();
+  if (--usage->second.blobs == 0) usage_.erase(usage);
   entries_.erase(entry);
 }
 

@@ -1,5 +1,5 @@
-// DiskBlobCache: files named by digest, a writer thread, LRU by bytes, checked reads, all
-// reached from the directory's descriptor without following a link.
+// DiskBlobCache: files named by digest in their tenant's directory, a writer thread, LRU by
+// bytes, checked reads, all reached from the directory's descriptor without following a link.
 #include "kcoral/disk_blob_cache.hpp"
 
 #include <dirent.h>
@@ -47,6 +47,23 @@ std::vector<std::string> names_in(int directory) {
     if (name != "." && name != "..") names.emplace_back(name);
   }
   return names;
+}
+
+// An entry's name: its tenant's directory and its digest.
+std::string key_of(std::string_view tenant, const std::string& digest) {
+  return DiskBlobCache::tenant_directory(tenant) + "/" + digest;
+}
+
+std::string digest_of(const std::string& key) { return key.substr(key.find('/') + 1); }
+
+// Blob files kept before blobs had tenants (DIR/ab/<digest>): nobody knows whose they
+// were, so no tenant may have them. Reached from descriptors: a link goes, never its target.
+void remove_untenanted(int root, const std::string& prefix) {
+  if (UniqueFd directory{::openat(root, prefix.c_str(), kDirectoryFlags)}) {
+    for (const std::string& name : names_in(directory.get()))
+      if (is_sha256_hex(name)) ::unlinkat(directory.get(), name.c_str(), 0);
+  }
+  ::unlinkat(root, prefix.c_str(), AT_REMOVEDIR);  // when empty
 }
 
 std::string octal_mode(mode_t mode) {
@@ -105,29 +122,42 @@ DiskBlobCache::~DiskBlobCache() {
   if (writer_.joinable()) writer_.join();
 }
 
-UniqueFd DiskBlobCache::subdirectory(const std::string& digest, bool create) const {
-  std::string name = digest.substr(0, 2);
-  if (create) ::mkdirat(root_.get(), name.c_str(), 0700);  // EEXIST: made already
-  return UniqueFd(::openat(root_.get(), name.c_str(), kDirectoryFlags));
+std::string DiskBlobCache::tenant_directory(std::string_view tenant) { return sha256_hex(tenant); }
+
+UniqueFd DiskBlobCache::subdirectory(const std::string& key, bool create) const {
+  std::size_t slash = key.find('/');
+  std::string tenant = key.substr(0, slash);
+  std::string prefix = key.substr(slash + 1, 2);
+  if (create) ::mkdirat(root_.get(), tenant.c_str(), 0700);  // EEXIST: made already
+  UniqueFd directory(::openat(root_.get(), tenant.c_str(), kDirectoryFlags));
+  if (!directory) return directory;
+  if (create) ::mkdirat(directory.get(), prefix.c_str(), 0700);
+  return UniqueFd(::openat(directory.get(), prefix.c_str(), kDirectoryFlags));
 }
 
 void DiskBlobCache::scan() {
   struct Found {
-    std::string digest;
+    std::string key;
     std::uint64_t bytes;
     std::timespec used;
   };
   std::vector<Found> found;
-  for (const std::string& prefix : names_in(root_.get())) {
-    if (prefix.size() != 2) continue;  // tmp, or not ours
-    UniqueFd directory(::openat(root_.get(), prefix.c_str(), kDirectoryFlags));
-    if (!directory) continue;  // not a directory: nothing kept under it
-    for (const std::string& name : names_in(directory.get())) {
-      struct stat info {};
-      if (!is_sha256_hex(name) || !name.starts_with(prefix) ||
-          ::fstatat(directory.get(), name.c_str(), &info, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(info.st_mode))
-        continue;
-      found.push_back({name, static_cast<std::uint64_t>(info.st_size), info.st_mtim});
+  for (const std::string& tenant : names_in(root_.get())) {
+    if (tenant.size() == 2) remove_untenanted(root_.get(), tenant);
+    if (!is_sha256_hex(tenant)) continue;  // tmp, or not ours
+    UniqueFd tenant_directory(::openat(root_.get(), tenant.c_str(), kDirectoryFlags));
+    if (!tenant_directory) continue;  // not a directory: nothing kept under it
+    for (const std::string& prefix : names_in(tenant_directory.get())) {
+      if (prefix.size() != 2) continue;
+      UniqueFd directory(::openat(tenant_directory.get(), prefix.c_str(), kDirectoryFlags));
+      if (!directory) continue;
+      for (const std::string& name : names_in(directory.get())) {
+        struct stat info {};
+        if (!is_sha256_hex(name) || !name.starts_with(prefix) ||
+            ::fstatat(directory.get(), name.c_str(), &info, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(info.st_mode))
+          continue;
+        found.push_back({tenant + "/" + name, static_cast<std::uint64_t>(info.st_size), info.st_mtim});
+      }
     }
   }
   std::sort(found.begin(), found.end(), [](const Found& a, const Found& b) {
@@ -135,22 +165,23 @@ void DiskBlobCache::scan() {
   });
   std::lock_guard lock(mutex_);
   for (Found& blob : found) {
-    lru_.push_back(blob.digest);
-    entries_.emplace(blob.digest, Entry{blob.bytes, std::prev(lru_.end())});
+    lru_.push_back(blob.key);
+    entries_.emplace(blob.key, Entry{blob.bytes, std::prev(lru_.end())});
     size_bytes_ += blob.bytes;
   }
   evict_locked();
 }
 
-void DiskBlobCache::store(const std::string& digest, const Blob& blob) {
-  if (blob.size() > capacity_bytes_ / 4) return;
+void DiskBlobCache::store(std::string_view tenant, const std::string& digest, const Blob& blob) {
+  if (blob.size() > capacity_bytes_ / 4 || !is_sha256_hex(digest)) return;
+  std::string key = key_of(tenant, digest);
   {
     std::lock_guard lock(mutex_);
-    if (entries_.contains(digest)) return;
+    if (entries_.contains(key)) return;
     // What waits for the disk is memory: at most a quarter of the budget of it.
     if (queued_bytes_ + blob.size() > capacity_bytes_ / 4) return;
-    if (std::any_of(queue_.begin(), queue_.end(), [&](const auto& queued) { return queued.first == digest; })) return;
-    queue_.emplace_back(digest, blob);
+    if (std::any_of(queue_.begin(), queue_.end(), [&](const auto& queued) { return queued.first == key; })) return;
+    queue_.emplace_back(std::move(key), blob);
     queued_bytes_ += blob.size();
   }
   changed_.notify_all();
@@ -166,11 +197,11 @@ void DiskBlobCache::write_loop() {
   while (true) {
     changed_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
     if (queue_.empty()) return;  // stopping, and all written
-    auto [digest, blob] = std::move(queue_.front());
+    auto [key, blob] = std::move(queue_.front());
     queue_.pop_front();
     writing_ = true;
     lock.unlock();
-    write(digest, blob);
+    write(key, blob);
     lock.lock();
     queued_bytes_ -= blob.size();
     writing_ = false;
@@ -178,9 +209,10 @@ void DiskBlobCache::write_loop() {
   }
 }
 
-void DiskBlobCache::write(const std::string& digest, const Blob& blob) {
-  UniqueFd directory = subdirectory(digest, /*create=*/true);
+void DiskBlobCache::write(const std::string& key, const Blob& blob) {
+  UniqueFd directory = subdirectory(key, /*create=*/true);
   if (!directory) return;
+  std::string digest = digest_of(key);
   std::string temporary = digest + "." + new_request_id();
   {
     UniqueFd fd(::openat(tmp_.get(), temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
@@ -204,30 +236,31 @@ void DiskBlobCache::write(const std::string& digest, const Blob& blob) {
     return;
   }
   std::lock_guard lock(mutex_);
-  if (entries_.contains(digest)) return;
-  lru_.push_front(digest);
-  entries_.emplace(digest, Entry{blob.size(), lru_.begin()});
+  if (entries_.contains(key)) return;
+  lru_.push_front(key);
+  entries_.emplace(key, Entry{blob.size(), lru_.begin()});
   size_bytes_ += blob.size();
   evict_locked();
 }
 
-std::optional<std::uint64_t> DiskBlobCache::size_of(const std::string& digest) const {
+std::optional<std::uint64_t> DiskBlobCache::size_of(std::string_view tenant, const std::string& digest) const {
   std::lock_guard lock(mutex_);
-  auto it = entries_.find(digest);
+  auto it = entries_.find(key_of(tenant, digest));
   if (it == entries_.end()) return std::nullopt;
   return it->second.bytes;
 }
 
-std::optional<Blob> DiskBlobCache::load(const std::string& digest) {
+std::optional<Blob> DiskBlobCache::load(std::string_view tenant, const std::string& digest) {
   if (!is_sha256_hex(digest)) return std::nullopt;
+  std::string key = key_of(tenant, digest);
   {
     std::lock_guard lock(mutex_);
-    auto it = entries_.find(digest);
+    auto it = entries_.find(key);
     if (it == entries_.end()) return std::nullopt;
     lru_.splice(lru_.begin(), lru_, it->second.lru);
   }
   // Opened only when a regular file, checked again once open (it may have been swapped).
-  UniqueFd directory = subdirectory(digest, /*create=*/false);
+  UniqueFd directory = subdirectory(key, /*create=*/false);
   std::optional<Blob> blob;
   struct stat info {};
   UniqueFd fd;
@@ -248,7 +281,7 @@ std::optional<Blob> DiskBlobCache::load(const std::string& digest) {
   std::lock_guard lock(mutex_);
   if (!blob) {  // gone, damaged, altered or not a file: not kept any more
     if (directory) ::unlinkat(directory.get(), digest.c_str(), 0);  // a link goes, never its target
-    forget_locked(digest);
+    forget_locked(key);
     return std::nullopt;
   }
   return blob;
@@ -256,14 +289,15 @@ std::optional<Blob> DiskBlobCache::load(const std::string& digest) {
 
 void DiskBlobCache::evict_locked() {
   while (size_bytes_ > capacity_bytes_ && !lru_.empty()) {
-    std::string digest = lru_.back();
-    if (UniqueFd directory = subdirectory(digest, /*create=*/false)) ::unlinkat(directory.get(), digest.c_str(), 0);
-    forget_locked(digest);
+    std::string key = lru_.back();
+    if (UniqueFd directory = subdirectory(key, /*create=*/false))
+      ::unlinkat(directory.get(), digest_of(key).c_str(), 0);
+    forget_locked(key);
   }
 }
 
-void DiskBlobCache::forget_locked(const std::string& digest) {
-  auto it = entries_.find(digest);
+void DiskBlobCache::forget_locked(const std::string& key) {
+  auto it = entries_.find(key);
   if (it == entries_.end()) return;
   size_bytes_ -= it->second.bytes;
   lru_.erase(it->second.lru);

@@ -7,14 +7,14 @@ namespace kcoral {
 
 std::variant<AdmittedRequest, ExecuteAnswer> admit_execute(std::string_view request_id, std::string_view content_type,
                                                            std::string_view body, BlobStore& store,
-                                                           const ExecuteSettings& settings,
+                                                           std::string_view tenant, const ExecuteSettings& settings,
                                                            const BlobStore::CopyBudget& copies) {
   auto error = [&](const Error& failure) {
     return ExecuteAnswer{encode_error(request_id, failure), "ERROR", failure, std::nullopt};
   };
   auto parsed = parse_execute_request(content_type, body, {});
   if (!parsed) return error(parsed.error());
-  auto resolved = store.resolve(parsed->program, std::move(parsed->blobs), copies);
+  auto resolved = store.resolve(tenant, parsed->program, std::move(parsed->blobs), copies);
   if (!resolved) return error(resolved.error());
   if (!resolved->missing.empty())
     return ExecuteAnswer{encode_cache_miss(request_id, resolved->missing), "CACHE_MISS", std::nullopt,

@@ -3,7 +3,9 @@
 // refreshing recency, blobs over a quarter of the budget used but not kept, pins that keep
 // a running program's blobs from eviction, and resolve(): supplied blobs stored, the
 // missing ones listed in first-use order, tensor byte counts checked, and no memfd handed
-// out that holds blobs the program did not reference.
+// out that holds blobs the program did not reference. Tenants are apart: a blob is found
+// only by the tenant that uploaded it, the same bytes of two tenants are two entries with
+// pins of their own, and the budgets are the server's.
 #include <doctest/doctest.h>
 
 #include <set>
@@ -24,10 +26,13 @@ kcoral::Blob blob_of(std::string_view data) {
 // 25 bytes: a quarter of the 100-byte budget the tests use.
 std::string quarter(char c) { return std::string(25, c); }
 
-void put(kcoral::BlobStore& store, const std::string& data) { store.put(kcoral::sha256_hex(data), blob_of(data)); }
+// The tests' blobs are alice's, unless a test says whose.
+void put(kcoral::BlobStore& store, const std::string& data, std::string_view tenant = "alice") {
+  store.put(tenant, kcoral::sha256_hex(data), blob_of(data));
+}
 
-bool has(kcoral::BlobStore& store, const std::string& data) {
-  return store.get(kcoral::sha256_hex(data)).has_value();
+bool has(kcoral::BlobStore& store, const std::string& data, std::string_view tenant = "alice") {
+  return store.get(tenant, kcoral::sha256_hex(data)).has_value();
 }
 
 // A program that uploads each of `datas` as bytes.
@@ -64,10 +69,10 @@ TEST_CASE("a stored blob can be got back; unknown digests are absent") {
   kcoral::BlobStore store(100);
   CHECK(store.capacity_bytes() == 100);
   put(store, "hello");
-  auto blob = store.get(kcoral::sha256_hex("hello"));
+  auto blob = store.get("alice", kcoral::sha256_hex("hello"));
   REQUIRE(blob.has_value());
   CHECK(blob->view() == "hello");
-  CHECK_FALSE(store.get(kcoral::sha256_hex("other")).has_value());
+  CHECK_FALSE(store.get("alice", kcoral::sha256_hex("other")).has_value());
   CHECK(store.count() == 1);
   CHECK(store.size_bytes() == 5);
 }
@@ -114,7 +119,7 @@ TEST_CASE("resolve lists missing digests in first-use order and returns the pres
   kcoral::BlobStore store(1000);
   put(store, "cached");
   auto program = program_of({"later", "cached", "sent", "first"});
-  auto resolved = store.resolve(program, supplied({"sent"}));
+  auto resolved = store.resolve("alice", program, supplied({"sent"}));
   REQUIRE(resolved.has_value());
   CHECK(resolved->missing == std::vector<std::string>{kcoral::sha256_hex("later"), kcoral::sha256_hex("first")});
   CHECK(resolved->blobs.size() == 2);
@@ -127,7 +132,7 @@ TEST_CASE("resolve lists missing digests in first-use order and returns the pres
 TEST_CASE("a supplied blob too big to keep is still resolved for its request") {
   kcoral::BlobStore store(100);
   const std::string big(60, 'B');
-  auto resolved = store.resolve(program_of({big}), supplied({big}));
+  auto resolved = store.resolve("alice", program_of({big}), supplied({big}));
   REQUIRE(resolved.has_value());
   CHECK(resolved->missing.empty());
   CHECK(resolved->blobs.at(kcoral::sha256_hex(big)).view() == big);
@@ -136,7 +141,7 @@ TEST_CASE("a supplied blob too big to keep is still resolved for its request") {
 
 TEST_CASE("pinned blobs are not evicted; unpinned ones go instead") {
   kcoral::BlobStore store(100);
-  auto resolved = store.resolve(program_of({quarter('a'), quarter('b')}), supplied({quarter('a'), quarter('b')}));
+  auto resolved = store.resolve("alice", program_of({quarter('a'), quarter('b')}), supplied({quarter('a'), quarter('b')}));
   REQUIRE(resolved.has_value());
   for (char c : {'c', 'd', 'e', 'f', 'g'}) put(store, quarter(c));
   CHECK(has(store, quarter('a')));
@@ -148,9 +153,9 @@ TEST_CASE("pinned blobs are not evicted; unpinned ones go instead") {
 TEST_CASE("while every entry is pinned a new blob cannot push a pinned one out") {
   kcoral::BlobStore store(100);
   std::vector<std::string> four{quarter('a'), quarter('b'), quarter('c'), quarter('d')};
-  auto running = store.resolve(program_of(four), supplied(four));
+  auto running = store.resolve("alice", program_of(four), supplied(four));
   REQUIRE(running.has_value());
-  auto next = store.resolve(program_of({quarter('e')}), supplied({quarter('e')}));
+  auto next = store.resolve("alice", program_of({quarter('e')}), supplied({quarter('e')}));
   REQUIRE(next.has_value());
   CHECK(next->blobs.at(kcoral::sha256_hex(quarter('e'))).view() == quarter('e'));
   for (const std::string& data : four) CHECK(has(store, data));
@@ -166,7 +171,7 @@ TEST_CASE("a moved pin keeps its blobs pinned until the last owner goes") {
   kcoral::BlobStore store(100);
   std::optional<kcoral::BlobStore::Pin> moved;
   {
-    auto resolved = store.resolve(program_of({quarter('a')}), supplied({quarter('a')}));
+    auto resolved = store.resolve("alice", program_of({quarter('a')}), supplied({quarter('a')}));
     REQUIRE(resolved.has_value());
     moved.emplace(std::move(resolved->pin));
     kcoral::BlobStore::Pin assigned;
@@ -182,8 +187,8 @@ TEST_CASE("a moved pin keeps its blobs pinned until the last owner goes") {
 
 TEST_CASE("two requests pinning one blob keep it until both are done") {
   kcoral::BlobStore store(100);
-  auto first = store.resolve(program_of({quarter('a')}), supplied({quarter('a')}));
-  auto second = store.resolve(program_of({quarter('a')}), {});
+  auto first = store.resolve("alice", program_of({quarter('a')}), supplied({quarter('a')}));
+  auto second = store.resolve("alice", program_of({quarter('a')}), {});
   REQUIRE(first.has_value());
   REQUIRE(second.has_value());
   CHECK(second->missing.empty());
@@ -205,19 +210,19 @@ TEST_CASE("resolve checks that a tensor blob holds prod(shape) x itemsize bytes"
     return built->program;
   };
   const std::string six_floats(24, '\0');
-  CHECK(store.resolve(tensor_program(six_floats, {2, 3}), supplied({six_floats})).has_value());
-  auto wrong = store.resolve(tensor_program(six_floats, {2, 4}), supplied({six_floats}));
+  CHECK(store.resolve("alice", tensor_program(six_floats, {2, 3}), supplied({six_floats})).has_value());
+  auto wrong = store.resolve("alice", tensor_program(six_floats, {2, 4}), supplied({six_floats}));
   REQUIRE_FALSE(wrong.has_value());
   CHECK(wrong.error().kind == kcoral::ErrorKind::parse);
   CHECK(wrong.error().message.find("'t'") != std::string::npos);
   // The same check applies to a blob found in the cache.
-  CHECK_FALSE(store.resolve(tensor_program(six_floats, {7}), {}).has_value());
-  CHECK(store.resolve(tensor_program("", {0, 3}), supplied({""})).has_value());
-  CHECK_FALSE(store.resolve(tensor_program("", {1}), supplied({""})).has_value());
+  CHECK_FALSE(store.resolve("alice", tensor_program(six_floats, {7}), {}).has_value());
+  CHECK(store.resolve("alice", tensor_program("", {0, 3}), supplied({""})).has_value());
+  CHECK_FALSE(store.resolve("alice", tensor_program("", {1}), supplied({""})).has_value());
   // A scalar is one item.
-  CHECK(store.resolve(tensor_program(std::string(4, '\0'), {}), supplied({std::string(4, '\0')})).has_value());
+  CHECK(store.resolve("alice", tensor_program(std::string(4, '\0'), {}), supplied({std::string(4, '\0')})).has_value());
   // A missing tensor blob is a cache miss, not a size error.
-  auto missing = store.resolve(tensor_program(std::string(8, 'm'), {2}), {});
+  auto missing = store.resolve("alice", tensor_program(std::string(8, 'm'), {2}), {});
   REQUIRE(missing.has_value());
   CHECK(missing->missing.size() == 1);
 }
@@ -226,7 +231,7 @@ TEST_CASE("slices of one memfd are kept with one descriptor and charged for the 
   kcoral::BlobStore store(1000);
   std::vector<std::string> datas;
   for (char c : {'a', 'b', 'c', 'd'}) datas.push_back(std::string(10, c));
-  auto resolved = store.resolve(program_of(datas), one_file(datas));
+  auto resolved = store.resolve("alice", program_of(datas), one_file(datas));
   REQUIRE(resolved.has_value());
   CHECK(store.count() == 4);
   CHECK(store.files() == 1);
@@ -247,7 +252,7 @@ TEST_CASE("the file budget bounds the descriptors the cache holds") {
   // Many blobs of one request take one file.
   std::vector<std::string> datas;
   for (int i = 0; i < 500; ++i) datas.push_back("shared " + std::to_string(i));
-  REQUIRE(store.resolve(program_of(datas), one_file(datas)).has_value());
+  REQUIRE(store.resolve("alice", program_of(datas), one_file(datas)).has_value());
   CHECK(store.files() <= 3);
   CHECK(store.count() >= 500);
 }
@@ -256,7 +261,7 @@ TEST_CASE("the blob budget bounds the entries") {
   kcoral::BlobStore store({.bytes = 1 << 20, .blobs = 5, .files = 1000});
   std::vector<std::string> datas;
   for (int i = 0; i < 50; ++i) datas.push_back("many " + std::to_string(i));
-  REQUIRE(store.resolve(program_of(datas), one_file(datas)).has_value());
+  REQUIRE(store.resolve("alice", program_of(datas), one_file(datas)).has_value());
   // Pinned while the resolution lived, released now: back within the budget.
   CHECK(store.count() <= 5);
   CHECK(store.files() == 1);
@@ -266,8 +271,8 @@ TEST_CASE("a program never gets a memfd that holds blobs it did not reference") 
   kcoral::BlobStore store(1 << 20);
   std::string secret = "another client's secret";
   std::string shared = "a blob both clients know";
-  REQUIRE(store.resolve(program_of({secret, shared}), one_file({secret, shared})).has_value());
-  auto resolved = store.resolve(program_of({shared}), {});
+  REQUIRE(store.resolve("alice", program_of({secret, shared}), one_file({secret, shared})).has_value());
+  auto resolved = store.resolve("alice", program_of({shared}), {});
   REQUIRE(resolved.has_value());
   REQUIRE(resolved->missing.empty());
   const kcoral::Blob& blob = resolved->blobs.at(kcoral::sha256_hex(shared));
@@ -282,21 +287,21 @@ TEST_CASE("the copies a program needs are asked of its budget first, and refused
   kcoral::BlobStore store(std::size_t{16} << 20);
   std::string large(std::size_t{1} << 20, 'L');
   std::string other = "uploaded with it";
-  REQUIRE(store.resolve(program_of({large, other}), one_file({large, other})).has_value());
+  REQUIRE(store.resolve("alice", program_of({large, other}), one_file({large, other})).has_value());
   std::vector<std::uint64_t> asked;
   auto allow = [&](std::uint64_t bytes) {
     asked.push_back(bytes);
     return true;
   };
-  auto copied = store.resolve(program_of({large}), {}, allow);
+  auto copied = store.resolve("alice", program_of({large}), {}, allow);
   REQUIRE(copied.has_value());
   CHECK(asked == std::vector<std::uint64_t>{large.size()});
   // Blobs it uses whole (their memfd holds nothing else) cost nothing.
   asked.clear();
-  REQUIRE(store.resolve(program_of({large, other}), {}, allow).has_value());
+  REQUIRE(store.resolve("alice", program_of({large, other}), {}, allow).has_value());
   CHECK(asked.empty());
   // Refused: the program is not admitted, and nothing was copied.
-  auto refused = store.resolve(program_of({large}), {}, [](std::uint64_t) { return false; });
+  auto refused = store.resolve("alice", program_of({large}), {}, [](std::uint64_t) { return false; });
   REQUIRE_FALSE(refused.has_value());
   CHECK(refused.error().kind == kcoral::ErrorKind::busy);
   CHECK(refused.error().message.find(std::to_string(large.size()) + " bytes of cached blobs") != std::string::npos);
@@ -307,9 +312,9 @@ TEST_CASE("a small slice of a large file is kept as a copy, not by keeping the f
   std::string large(std::size_t{3} << 20, 'L');  // over the 1 MiB slack, under a quarter of the budget
   std::string small = "small";
   auto request = one_file({large, small});
-  store.put(kcoral::sha256_hex(small), request.at(kcoral::sha256_hex(small)));
+  store.put("alice", kcoral::sha256_hex(small), request.at(kcoral::sha256_hex(small)));
   CHECK(store.size_bytes() == small.size());
-  auto kept = store.get(kcoral::sha256_hex(small));
+  auto kept = store.get("alice", kcoral::sha256_hex(small));
   REQUIRE(kept.has_value());
   CHECK(kept->file_size() == small.size());
 }
@@ -322,14 +327,58 @@ TEST_CASE("concurrent puts and gets keep the store consistent") {
       for (int i = 0; i < 300; ++i) {
         std::string data = std::to_string(t) + ":" + std::to_string(i % 40) + std::string(100, 'p');
         auto blob = kcoral::Blob::copy_of(data);
-        if (blob) store.put(kcoral::sha256_hex(data), *blob);
-        (void)store.get(kcoral::sha256_hex(data));
+        if (blob) store.put("alice", kcoral::sha256_hex(data), *blob);
+        (void)store.get("alice", kcoral::sha256_hex(data));
       }
     });
   }
   for (auto& thread : threads) thread.join();
   CHECK(store.size_bytes() <= 1000);
   CHECK(store.count() * 100 <= store.size_bytes());
+}
+
+TEST_CASE("a tenant finds only the blobs it uploaded: another's digest is missing, as one nobody sent") {
+  kcoral::BlobStore store(1 << 20);
+  const std::string pin = "alice's PIN: 4821";
+  REQUIRE(store.resolve("alice", program_of({pin}), supplied({pin})).has_value());
+  CHECK(has(store, pin, "alice"));
+  CHECK_FALSE(has(store, pin, "bob"));
+  // Bob names alice's digest, and one nobody sent: both missing, in the same answer.
+  auto guessed = store.resolve("bob", program_of({pin, "nobody's"}), {});
+  REQUIRE(guessed.has_value());
+  CHECK(guessed->missing == std::vector<std::string>{kcoral::sha256_hex(pin), kcoral::sha256_hex("nobody's")});
+  CHECK(guessed->blobs.empty());
+  // Bob's own upload of the same bytes is an entry of his own; alice's stays hers.
+  REQUIRE(store.resolve("bob", program_of({pin}), supplied({pin})).has_value());
+  CHECK(has(store, pin, "bob"));
+  CHECK(store.count() == 2);
+  CHECK(store.usage("alice").blobs == 1);
+  CHECK(store.usage("bob").blobs == 1);
+  CHECK(store.usage("bob").bytes == pin.size());
+  CHECK(store.usage("carol").blobs == 0);
+}
+
+TEST_CASE("the budgets are shared: one tenant's uploads evict another's least recently used") {
+  kcoral::BlobStore store(100);
+  for (char c : {'a', 'b', 'c', 'd'}) put(store, quarter(c), "alice");
+  put(store, quarter('e'), "bob");
+  CHECK(store.size_bytes() == 100);
+  CHECK_FALSE(has(store, quarter('a'), "alice"));
+  CHECK(has(store, quarter('b'), "alice"));
+  CHECK(store.usage("alice").bytes == 75);
+  CHECK(store.usage("bob").bytes == 25);
+}
+
+TEST_CASE("the same bytes pinned by two tenants are two pins: one's end leaves the other's") {
+  kcoral::BlobStore store(100);
+  auto alice = store.resolve("alice", program_of({quarter('a')}), supplied({quarter('a')}));
+  auto bob = store.resolve("bob", program_of({quarter('a')}), supplied({quarter('a')}));
+  REQUIRE(alice.has_value());
+  REQUIRE(bob.has_value());
+  bob = {};
+  for (char c : {'b', 'c', 'd', 'e', 'f'}) put(store, quarter(c), "carol");
+  CHECK(has(store, quarter('a'), "alice"));
+  CHECK_FALSE(has(store, quarter('a'), "bob"));
 }
 
 }  // TEST_SUITE

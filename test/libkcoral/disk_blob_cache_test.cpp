@@ -1,8 +1,10 @@
 // DiskBlobCache (libkcoral/src/disk_blob_cache.cpp): blobs written by digest survive a
 // reopen, come back only whole and unaltered, are bounded in bytes (least recently used
-// first), and BlobStore asks the disk before it counts a blob as missing. A directory of
-// another owner, or one others may write to, is refused; links and other non-files planted
-// under it are never followed, read or written through.
+// first), and BlobStore asks the disk before it counts a blob as missing. Each tenant's
+// blobs are in a directory of its own and found by that tenant alone, across a reopen too;
+// blobs of the layout without tenants are removed at open. A directory of another owner,
+// or one others may write to, is refused; links and other non-files planted under it are
+// never followed, read or written through.
 #include <doctest/doctest.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -31,9 +33,15 @@ std::unique_ptr<kcoral::DiskBlobCache> open_cache(const std::string& directory, 
   return std::move(*cache);
 }
 
-void store(kcoral::DiskBlobCache& cache, const std::string& data) {
-  cache.store(kcoral::sha256_hex(data), blob_of(data));
+// The tests' blobs are alice's, unless a test says whose.
+void store(kcoral::DiskBlobCache& cache, const std::string& data, std::string_view tenant = "alice") {
+  cache.store(tenant, kcoral::sha256_hex(data), blob_of(data));
   cache.flush();
+}
+
+std::optional<kcoral::Blob> load(kcoral::DiskBlobCache& cache, const std::string& digest,
+                                 std::string_view tenant = "alice") {
+  return cache.load(tenant, digest);
 }
 
 std::string read_text(const std::string& path) {
@@ -43,10 +51,17 @@ std::string read_text(const std::string& path) {
   return text.str();
 }
 
-// Where the cache in `directory` keeps `data`.
-std::string path_of(const std::string& directory, const std::string& data) {
-  std::string digest = kcoral::sha256_hex(data);
-  return directory + "/" + digest.substr(0, 2) + "/" + digest;
+// Where the cache in `directory` keeps `tenant`'s `data`, and the directories above it.
+std::string tenant_path(const std::string& directory, std::string_view tenant = "alice") {
+  return directory + "/" + kcoral::DiskBlobCache::tenant_directory(tenant);
+}
+
+std::string prefix_path(const std::string& directory, const std::string& data, std::string_view tenant = "alice") {
+  return tenant_path(directory, tenant) + "/" + kcoral::sha256_hex(data).substr(0, 2);
+}
+
+std::string path_of(const std::string& directory, const std::string& data, std::string_view tenant = "alice") {
+  return prefix_path(directory, data, tenant) + "/" + kcoral::sha256_hex(data);
 }
 
 std::string open_error(const std::string& directory) {
@@ -70,11 +85,11 @@ TEST_CASE("a stored blob comes back after the cache is opened again") {
   }
   auto cache = open_cache(dir.path(), 1 << 20);
   CHECK(cache->count() == 1);
-  auto blob = cache->load(kcoral::sha256_hex(data));
+  auto blob = load(*cache, kcoral::sha256_hex(data));
   REQUIRE(blob.has_value());
   CHECK(blob->view() == data);
-  CHECK_FALSE(cache->load(kcoral::sha256_hex("never stored")).has_value());
-  CHECK_FALSE(cache->load("../../etc/passwd").has_value());
+  CHECK_FALSE(load(*cache, kcoral::sha256_hex("never stored")).has_value());
+  CHECK_FALSE(load(*cache, "../../etc/passwd").has_value());
 }
 
 TEST_CASE("a file altered on disk is not returned, and is removed") {
@@ -83,10 +98,10 @@ TEST_CASE("a file altered on disk is not returned, and is removed") {
   std::string data = "original bytes";
   std::string digest = kcoral::sha256_hex(data);
   store(*cache, data);
-  std::string path = dir.path() + "/" + digest.substr(0, 2) + "/" + digest;
+  std::string path = path_of(dir.path(), data);
   REQUIRE(std::filesystem::exists(path));
   std::ofstream(path, std::ios::trunc) << "tampered bytes";
-  CHECK_FALSE(cache->load(digest).has_value());
+  CHECK_FALSE(load(*cache, digest).has_value());
   CHECK_FALSE(std::filesystem::exists(path));
   CHECK(cache->count() == 0);
 }
@@ -96,13 +111,13 @@ TEST_CASE("the byte budget evicts the least recently used, and a blob over a qua
   auto cache = open_cache(dir.path(), 100);
   std::string a(25, 'a'), b(25, 'b'), c(25, 'c'), d(25, 'd'), e(25, 'e');
   for (const std::string& data : {a, b, c, d}) store(*cache, data);
-  CHECK(cache->load(kcoral::sha256_hex(a)).has_value());  // a is now the most recent
+  CHECK(load(*cache, kcoral::sha256_hex(a)).has_value());  // a is now the most recent
   store(*cache, e);
   CHECK(cache->size_bytes() <= 100);
-  CHECK(cache->load(kcoral::sha256_hex(a)).has_value());
-  CHECK_FALSE(cache->load(kcoral::sha256_hex(b)).has_value());
+  CHECK(load(*cache, kcoral::sha256_hex(a)).has_value());
+  CHECK_FALSE(load(*cache, kcoral::sha256_hex(b)).has_value());
   store(*cache, std::string(26, 'x'));
-  CHECK_FALSE(cache->load(kcoral::sha256_hex(std::string(26, 'x'))).has_value());
+  CHECK_FALSE(load(*cache, kcoral::sha256_hex(std::string(26, 'x'))).has_value());
 }
 
 TEST_CASE("a BlobStore over a disk cache finds there what memory lost") {
@@ -116,11 +131,11 @@ TEST_CASE("a BlobStore over a disk cache finds there what memory lost") {
   {
     kcoral::BlobStore first({1 << 20}, disk.get());
     kcoral::BlobMap supplied{{kcoral::sha256_hex(data), blob_of(data)}};
-    REQUIRE(first.resolve(program->program, std::move(supplied)).has_value());
+    REQUIRE(first.resolve("alice", program->program, std::move(supplied)).has_value());
     disk->flush();
   }
   kcoral::BlobStore second({1 << 20}, disk.get());  // a new process's empty memory
-  auto resolved = second.resolve(program->program, {});
+  auto resolved = second.resolve("alice", program->program, {});
   REQUIRE(resolved.has_value());
   CHECK(resolved->missing.empty());
   CHECK(resolved->blobs.at(kcoral::sha256_hex(data)).view() == data);
@@ -180,7 +195,7 @@ TEST_CASE("a link planted under a digest's name is not read, whatever it points 
     REQUIRE(cache->count() == 1);
     std::filesystem::remove(path_of(cache_dir, data));
     std::filesystem::create_symlink(outside, path_of(cache_dir, data));
-    CHECK_FALSE(cache->load(digest).has_value());
+    CHECK_FALSE(load(*cache, digest).has_value());
     CHECK(cache->count() == 0);
     CHECK_FALSE(std::filesystem::is_symlink(path_of(cache_dir, data)));  // the link went
     CHECK(read_text(outside) == data);                                  // not its target
@@ -190,17 +205,17 @@ TEST_CASE("a link planted under a digest's name is not read, whatever it points 
     // that is a link to one holding the right bytes.
     std::string passwd = read_text("/etc/passwd");
     std::string passwd_digest = kcoral::sha256_hex(passwd);
-    std::filesystem::create_directories(cache_dir + "/" + passwd_digest.substr(0, 2));
+    std::filesystem::create_directories(prefix_path(cache_dir, passwd));
     std::filesystem::create_symlink("/etc/passwd", path_of(cache_dir, passwd));
     std::string elsewhere = dir / "elsewhere";
     std::filesystem::create_directory(elsewhere);
     std::ofstream(elsewhere + "/" + digest) << data;
-    std::filesystem::remove_all(cache_dir + "/" + digest.substr(0, 2));
-    std::filesystem::create_directory_symlink(elsewhere, cache_dir + "/" + digest.substr(0, 2));
+    std::filesystem::remove_all(prefix_path(cache_dir, data));
+    std::filesystem::create_directory_symlink(elsewhere, prefix_path(cache_dir, data));
     auto cache = open_cache(cache_dir, 1 << 20);
     CHECK(cache->count() == 0);
-    CHECK_FALSE(cache->load(passwd_digest).has_value());
-    CHECK_FALSE(cache->load(digest).has_value());
+    CHECK_FALSE(load(*cache, passwd_digest).has_value());
+    CHECK_FALSE(load(*cache, digest).has_value());
     CHECK(read_text("/etc/passwd") == passwd);
     CHECK(read_text(elsewhere + "/" + digest) == data);
   }
@@ -219,19 +234,19 @@ TEST_CASE("nothing is written through a planted link") {
   store(*cache, data);
   CHECK(read_text(victim) == "victim's own bytes");
   CHECK_FALSE(std::filesystem::is_symlink(path_of(cache_dir, data)));
-  auto blob = cache->load(kcoral::sha256_hex(data));
+  auto blob = load(*cache, kcoral::sha256_hex(data));
   REQUIRE(blob.has_value());
   CHECK(blob->view() == data);
   // A digest's directory that is a link: the blob is not kept, and nothing lands there.
   std::string other = "stored under a linked directory";
   std::string elsewhere = dir / "elsewhere";
   std::filesystem::create_directory(elsewhere);
-  std::string prefix = cache_dir + "/" + kcoral::sha256_hex(other).substr(0, 2);
+  std::string prefix = prefix_path(cache_dir, other);
   std::filesystem::remove_all(prefix);
   std::filesystem::create_directory_symlink(elsewhere, prefix);
   store(*cache, other);
   CHECK(std::filesystem::is_empty(elsewhere));
-  CHECK_FALSE(cache->load(kcoral::sha256_hex(other)).has_value());
+  CHECK_FALSE(load(*cache, kcoral::sha256_hex(other)).has_value());
   CHECK(cache->count() == 1);
 }
 
@@ -242,7 +257,7 @@ TEST_CASE("a FIFO under a digest's name counts as missing and is never opened") 
   store(*cache, data);
   std::filesystem::remove(path_of(dir.path(), data));
   REQUIRE(::mkfifo(path_of(dir.path(), data).c_str(), 0600) == 0);
-  CHECK_FALSE(cache->load(kcoral::sha256_hex(data)).has_value());  // returns: no reader blocked on it
+  CHECK_FALSE(load(*cache, kcoral::sha256_hex(data)).has_value());  // returns: no reader blocked on it
   CHECK(cache->count() == 0);
 }
 
@@ -257,6 +272,71 @@ TEST_CASE("a tmp that is a link is refused, and what it points at is not emptied
   std::filesystem::create_directory_symlink(elsewhere, cache_dir + "/tmp");
   CHECK(open_error(cache_dir).find("not a link") != std::string::npos);
   CHECK(read_text(elsewhere + "/precious") == "kept");
+}
+
+TEST_CASE("a tenant's blob is found by that tenant alone, across a reopen too") {
+  kcoral::test::TempDir dir;
+  std::string data = "alice's own bytes";
+  std::string digest = kcoral::sha256_hex(data);
+  {
+    auto cache = open_cache(dir.path(), 1 << 20);
+    store(*cache, data, "alice");
+    CHECK_FALSE(load(*cache, digest, "bob").has_value());
+    CHECK_FALSE(cache->size_of("bob", digest).has_value());
+    CHECK(cache->size_of("alice", digest) == data.size());
+  }
+  auto cache = open_cache(dir.path(), 1 << 20);
+  CHECK_FALSE(load(*cache, digest, "bob").has_value());
+  CHECK(std::filesystem::exists(path_of(dir.path(), data, "alice")));  // bob's miss removed nothing
+  auto kept = load(*cache, digest, "alice");
+  REQUIRE(kept.has_value());
+  CHECK(kept->view() == data);
+  // Bob's upload of the same bytes is a file of his own, in his directory.
+  store(*cache, data, "bob");
+  CHECK(cache->count() == 2);
+  CHECK(std::filesystem::exists(path_of(dir.path(), data, "bob")));
+  CHECK(kcoral::DiskBlobCache::tenant_directory("alice") != kcoral::DiskBlobCache::tenant_directory("bob"));
+}
+
+TEST_CASE("blobs kept without a tenant (DIR/ab/digest) are removed at open, and served to none") {
+  kcoral::test::TempDir dir;
+  std::string data = "kept before tenants";
+  std::string digest = kcoral::sha256_hex(data);
+  std::string old_prefix = dir / digest.substr(0, 2);
+  std::filesystem::create_directories(old_prefix);
+  std::ofstream(old_prefix + "/" + digest) << data;
+  std::string outside = dir / "outside";
+  std::ofstream(outside) << "not the cache's";
+  std::string linked = kcoral::sha256_hex("linked");
+  std::filesystem::create_directories(dir / linked.substr(0, 2));
+  std::filesystem::create_symlink(outside, dir / (linked.substr(0, 2) + "/" + linked));
+  REQUIRE(::chmod(dir.path().c_str(), 0700) == 0);
+  auto cache = open_cache(dir.path(), 1 << 20);
+  CHECK(cache->count() == 0);
+  CHECK_FALSE(load(*cache, digest, "alice").has_value());
+  CHECK_FALSE(std::filesystem::exists(old_prefix));
+  CHECK_FALSE(std::filesystem::exists(dir / linked.substr(0, 2)));
+  CHECK(read_text(outside) == "not the cache's");  // the link went, not its target
+}
+
+TEST_CASE("a tenant's directory that is a link is neither read nor written through") {
+  kcoral::test::TempDir dir;
+  std::string cache_dir = dir / "cache";
+  std::string data = "under a linked tenant";
+  std::string elsewhere = dir / "elsewhere";
+  std::filesystem::create_directories(elsewhere + "/" + kcoral::sha256_hex(data).substr(0, 2));
+  std::ofstream(elsewhere + "/" + kcoral::sha256_hex(data).substr(0, 2) + "/" + kcoral::sha256_hex(data)) << data;
+  {
+    auto cache = open_cache(cache_dir, 1 << 20);
+    std::filesystem::create_directory_symlink(elsewhere, tenant_path(cache_dir));
+  }
+  auto cache = open_cache(cache_dir, 1 << 20);
+  CHECK(cache->count() == 0);
+  CHECK_FALSE(load(*cache, kcoral::sha256_hex(data)).has_value());
+  std::string other = "stored under a linked tenant";
+  store(*cache, other);
+  CHECK(cache->count() == 0);
+  CHECK_FALSE(std::filesystem::exists(elsewhere + "/" + kcoral::sha256_hex(other).substr(0, 2)));
 }
 
 }  // TEST_SUITE

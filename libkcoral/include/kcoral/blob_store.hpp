@@ -1,7 +1,11 @@
 // BlobStore: the server's content-addressed blob cache, with pins and three budgets (LRU):
-// bytes, blobs, and files (open descriptors).
+// bytes, blobs, and files (open descriptors), kept apart per tenant.
 //
-// Blobs are keyed by their SHA-256. A request's blobs arrive as slices of one memfd, and
+// Blobs are keyed by their tenant and their SHA-256: a tenant finds only the blobs it
+// uploaded itself, so a digest is neither a way to read another tenant's bytes nor an
+// oracle of what another tenant sent (its CACHE_MISS is the same whoever else holds the
+// digest). Two tenants that upload the same bytes each keep a copy; the budgets are the
+// server's, shared by all tenants. A request's blobs arrive as slices of one memfd, and
 // the store keeps them so: many cached blobs may share one descriptor. Its byte count is
 // that of the distinct memfds it holds, whole, so a kept slice is charged for the file it
 // keeps alive; a small slice of a much larger file is copied into its own memfd when kept
@@ -13,7 +17,7 @@
 // for its request but not kept. Thread-safe.
 //
 //   kcoral::BlobStore store({.bytes = 1ull << 30, .blobs = 65536, .files = 4096});
-//   auto resolved = store.resolve(program, std::move(supplied));
+//   auto resolved = store.resolve("alice", program, std::move(supplied));
 //   if (resolved && resolved->missing.empty()) run(program, resolved->blobs);
 #pragma once
 
@@ -24,6 +28,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -36,6 +41,13 @@ namespace kcoral {
 using BlobMap = std::unordered_map<std::string, Blob>;
 
 class BlobStore {
+  // A cached blob's name: whose it is, and its digest.
+  struct Key {
+    std::string tenant;
+    std::string digest;
+    bool operator==(const Key&) const = default;
+  };
+
  public:
   // Keeps blobs referenced by a running program from eviction; unpins when destroyed.
   class Pin {
@@ -50,7 +62,7 @@ class BlobStore {
    private:
     friend class BlobStore;
     BlobStore* store_ = nullptr;
-    std::vector<std::string> digests_;
+    std::vector<Key> keys_;
   };
 
   // What a program's blobs resolve to: present ones (pinned), and the digests the
@@ -67,59 +79,74 @@ class BlobStore {
     std::size_t files = SIZE_MAX;
   };
 
-  // `disk`, when given (and outliving the store), keeps every stored blob on disk too, and
-  // is asked for a blob before it counts as missing.
+  // What one tenant's blobs take of the cache (the bytes of the blobs themselves).
+  struct Usage {
+    std::size_t bytes = 0;
+    std::size_t blobs = 0;
+  };
+
+  // `disk`, when given (and outliving the store), keeps every stored blob on disk too (in
+  // its tenant's part of it), and is asked for a blob before it counts as missing.
   explicit BlobStore(Limits limits, DiskBlobCache* disk = nullptr);
   explicit BlobStore(std::size_t capacity_bytes) : BlobStore(Limits{capacity_bytes}) {}
   BlobStore(const BlobStore&) = delete;
   BlobStore& operator=(const BlobStore&) = delete;
 
-  void put(const std::string& digest, Blob blob);
-  [[nodiscard]] std::optional<Blob> get(const std::string& digest);
+  // `tenant`: whose blob it is; get finds only what put stored for the same tenant.
+  void put(std::string_view tenant, const std::string& digest, Blob blob);
+  [[nodiscard]] std::optional<Blob> get(std::string_view tenant, const std::string& digest);
 
   // Asked before resolve makes bytes for one program (copies, blobs read back from disk):
   // true if the caller's budget takes them. Empty: no budget.
   using CopyBudget = std::function<bool(std::uint64_t bytes)>;
 
-  // Stores the supplied blobs, then finds every blob the program references. Fails with
+  // Stores the supplied blobs as `tenant`'s, then finds every blob the program references
+  // among that tenant's (in memory, then on disk); another tenant's count as missing. Fails with
   // `parse` when a tensor's blob does not hold exactly prod(shape) x itemsize bytes. The
   // blobs returned share no memfd with bytes the program does not reference (those of a
   // memfd it uses only in part are copied into one of its own), so each memfd may be
   // handed to the program's process whole. What it copies or reads back for the program is
   // asked of `budget` first, so that small requests naming large cached blobs cannot make
   // the server hold copies past its budget: `busy` when it refuses.
-  [[nodiscard]] Result<Resolution> resolve(const Program& program, BlobMap supplied, const CopyBudget& budget = {});
+  [[nodiscard]] Result<Resolution> resolve(std::string_view tenant, const Program& program, BlobMap supplied,
+                                           const CopyBudget& budget = {});
 
   [[nodiscard]] std::size_t size_bytes() const;  // of the distinct memfds held
   [[nodiscard]] std::size_t count() const;       // blobs
   [[nodiscard]] std::size_t files() const;       // distinct memfds (descriptors) held
+  [[nodiscard]] Usage usage(std::string_view tenant) const;
   [[nodiscard]] const Limits& limits() const { return limits_; }
   [[nodiscard]] const DiskBlobCache* disk() const { return disk_; }
   [[nodiscard]] std::size_t capacity_bytes() const { return limits_.bytes; }
 
  private:
+  struct KeyHash {
+    std::size_t operator()(const Key& key) const;
+  };
   struct Entry {
     Blob blob;
     std::size_t pins = 0;
-    std::list<std::string>::iterator lru;  // position in lru_ (front = most recent)
+    std::list<Key>::iterator lru;  // position in lru_ (front = most recent)
   };
   struct File {
     std::size_t bytes = 0;  // the whole memfd
     std::size_t blobs = 0;  // entries that share it
   };
-  void unpin(const std::vector<std::string>& digests);
+  using Entries = std::unordered_map<Key, Entry, KeyHash>;
+  void unpin(const std::vector<Key>& keys);
   void touch_locked(Entry& entry);
   void evict_locked();
   [[nodiscard]] bool over_budget_locked() const;
-  void erase_locked(std::unordered_map<std::string, Entry>::iterator entry);
+  void erase_locked(Entries::iterator entry);
 
   const Limits limits_;
   DiskBlobCache* const disk_;
   mutable std::mutex mutex_;
-  std::unordered_map<std::string, Entry> entries_;
+  Entries entries_;
   std::unordered_map<int, File> files_;  // by descriptor: unique while an entry holds it open
-  std::list<std::string> lru_;
+  std::list<Key> lru_;
   std::size_t size_bytes_ = 0;
+  std::unordered_map<std::string, Usage> usage_;  // by tenant
 };
 
 }  // namespace kcoral

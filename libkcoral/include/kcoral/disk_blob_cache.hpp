@@ -1,7 +1,10 @@
 // DiskBlobCache: uploaded blobs kept on disk, so that they survive a restart; the memory
 // cache (BlobStore) falls back to it before a program's blobs count as missing.
 //
-// One file per blob, named by its SHA-256 (DIR/ab/abcdef…), written by a background thread
+// Each tenant has a directory of its own, named by the SHA-256 of the tenant's name
+// (DIR/<hash>/), and a blob is found only in its tenant's: one tenant's upload is never
+// another's cache hit, across restarts too. The byte budget is one for all tenants.
+// One file per blob, named by its SHA-256 (DIR/<hash>/ab/abcdef…), written by a background thread
 // (a request never waits for the disk) to a temporary name and renamed into place, so a
 // file under its digest is always whole. A file is read back only if its bytes hash to its
 // name: a damaged or altered file is removed and counts as absent. The directory is
@@ -14,11 +17,12 @@
 // effective uid or writable by its group or others. Every file under it is then reached
 // from a descriptor of the directory held open, one component at a time and never through
 // a symbolic link; anything but a regular file under a digest's name is never opened and
-// counts as absent.
+// counts as absent. Blob files directly under DIR/ab/ (kept before blobs had tenants)
+// belong to no known tenant and are removed at open.
 //
 //   auto disk = kcoral::DiskBlobCache::open("/var/cache/kcoral", 16ull << 30);
-//   (*disk)->store(digest, blob);            // queued
-//   std::optional<Blob> again = (*disk)->load(digest);
+//   (*disk)->store("alice", digest, blob);            // queued
+//   std::optional<Blob> again = (*disk)->load("alice", digest);
 #pragma once
 
 #include <condition_variable>
@@ -29,6 +33,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <unordered_map>
 #include <utility>
@@ -46,20 +51,24 @@ class DiskBlobCache {
   DiskBlobCache& operator=(const DiskBlobCache&) = delete;
   ~DiskBlobCache();  // writes what is queued, then stops
 
-  // Queues the blob for writing, unless kept already, too large, or the queue is full.
-  void store(const std::string& digest, const Blob& blob);
-  // The blob, in a new sealed memfd, when kept and whole.
-  [[nodiscard]] std::optional<Blob> load(const std::string& digest);
-  // The size of the blob as kept, when it is (what load would make, before it is made).
-  [[nodiscard]] std::optional<std::uint64_t> size_of(const std::string& digest) const;
+  // The name of `tenant`'s directory under DIR.
+  [[nodiscard]] static std::string tenant_directory(std::string_view tenant);
+
+  // Queues `tenant`'s blob for writing, unless kept already, too large, or the queue is full.
+  void store(std::string_view tenant, const std::string& digest, const Blob& blob);
+  // `tenant`'s blob, in a new sealed memfd, when kept and whole.
+  [[nodiscard]] std::optional<Blob> load(std::string_view tenant, const std::string& digest);
+  // The size of `tenant`'s blob as kept, when it is (what load would make, before it is made).
+  [[nodiscard]] std::optional<std::uint64_t> size_of(std::string_view tenant, const std::string& digest) const;
   // Waits until every queued blob is written (for tests and shutdown).
   void flush();
 
-  [[nodiscard]] std::uint64_t size_bytes() const;
+  [[nodiscard]] std::uint64_t size_bytes() const;  // of all tenants
   [[nodiscard]] std::size_t count() const;
   [[nodiscard]] std::uint64_t capacity_bytes() const { return capacity_bytes_; }
 
  private:
+  // Entries are named "<tenant directory>/<digest>".
   struct Entry {
     std::uint64_t bytes = 0;
     std::list<std::string>::iterator lru;  // front: most recent
@@ -67,11 +76,12 @@ class DiskBlobCache {
   DiskBlobCache(UniqueFd root, UniqueFd tmp, std::uint64_t capacity_bytes);
   void scan();
   void write_loop();
-  void write(const std::string& digest, const Blob& blob);
+  void write(const std::string& key, const Blob& blob);
   void evict_locked();
-  void forget_locked(const std::string& digest);
-  // DIR/ab of digest ab…, made first when `create`; invalid when it is not a directory.
-  [[nodiscard]] UniqueFd subdirectory(const std::string& digest, bool create) const;
+  void forget_locked(const std::string& key);
+  // DIR/<tenant>/ab of the key's digest ab…, made first when `create`; invalid when either
+  // is not a directory.
+  [[nodiscard]] UniqueFd subdirectory(const std::string& key, bool create) const;
 
   const UniqueFd root_;  // DIR
   const UniqueFd tmp_;   // DIR/tmp, where files are written before their rename

@@ -6,7 +6,7 @@
 // way wherever it runs: the same validation (tensor byte counts too), the same clamping
 // of timeouts and output limits, the same treatment of a response over its limit.
 //
-//   auto admitted = kcoral::admit_execute(id, content_type, body, store, settings);
+//   auto admitted = kcoral::admit_execute(id, content_type, body, store, tenant, settings);
 //   if (auto* answer = std::get_if<kcoral::ExecuteAnswer>(&admitted)) return answer->response;
 //   auto& request = std::get<kcoral::AdmittedRequest>(admitted);
 //   ... run request.program with request.blobs ...
@@ -55,13 +55,14 @@ struct ExecuteAnswer {
   std::optional<Program> program;
 };
 
-// Parses and validates the request, then resolves its blobs through `store` (which keeps
-// the supplied ones): the program to run, or the answer (400 for a bad request, CACHE_MISS
-// naming the blobs to send, 503 when out of memory files or when `copies` refuses the
-// bytes the store must make for this program: see BlobStore::resolve).
+// Parses and validates the request, then resolves its blobs through `store` among those of
+// `tenant` (the store keeps the supplied ones as that tenant's): the program to run, or the
+// answer (400 for a bad request, CACHE_MISS naming the blobs to send, 503 when out of
+// memory files or when `copies` refuses the bytes the store must make for this program:
+// see BlobStore::resolve).
 [[nodiscard]] std::variant<AdmittedRequest, ExecuteAnswer> admit_execute(
     std::string_view request_id, std::string_view content_type, std::string_view body, BlobStore& store,
-    const ExecuteSettings& settings, const BlobStore::CopyBudget& copies = {});
+    std::string_view tenant, const ExecuteSettings& settings, const BlobStore::CopyBudget& copies = {});
 
 // The response to a program's outcome: its result (COMPLETED or FAILED), or the request
 // error it ended with. A result whose returns would not fit the response (as the executor

@@ -26,13 +26,13 @@
 
 namespace {
 
-// The server's pipeline (kcoral/execute.hpp) with its default settings, and no cache: a
-// store that keeps nothing, so every blob must come with the request.
+// The server's pipeline (kcoral/execute.hpp) with its default settings, one tenant (the
+// caller), and no cache: a store that keeps nothing, so every blob must come with the request.
 kcoral::EncodedResponse execute_request(std::string_view content_type, std::string_view body) {
   std::string request_id = kcoral::new_request_id();
   const kcoral::ExecuteSettings settings;
   kcoral::BlobStore no_cache(0);
-  auto admitted = kcoral::admit_execute(request_id, content_type, body, no_cache, settings);
+  auto admitted = kcoral::admit_execute(request_id, content_type, body, no_cache, "local", settings);
   if (auto* answer = std::get_if<kcoral::ExecuteAnswer>(&admitted)) return answer->response;
   auto& request = std::get<kcoral::AdmittedRequest>(admitted);
 

@@ -26,7 +26,7 @@ std::vector<wire::Message> one_of_each() {
   return {wire::Fork{"GPU-1234"},
           wire::ZygoteReady{{{"python", "3.11"}, {"numpy", "2.0"}}},
           wire::Forked{4242},
-          wire::Exited{4242, std::nullopt, 9},
+          wire::Exited{4242, std::nullopt, 9, true},
           wire::ZygoteFailed{"no python"},
           wire::Blobs{{"aa", "bb"}, {0, 0}, {0, 5}, {5, 3}, 1},
           wire::Run{"rid", R"({"instructions":[]})", 77, 88},

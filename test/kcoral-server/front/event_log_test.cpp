@@ -1,7 +1,8 @@
 // EventLog (kcoral-server/front/event_log.cpp) and the lines record_execute writes to it:
 // past its size a file moves up and the oldest beyond its count goes, a log of another
 // name rotates on its own, records that showed no accepted token reach anonymous.jsonl and
-// never events.jsonl, and every line is ASCII JSON that no line-oriented reader can split.
+// never events.jsonl, every line is ASCII JSON that no line-oriented reader can split, and
+// names its tenant as the operator named it, never by its token.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -51,7 +52,7 @@ kcoral::ExecuteRecord unauthorized() {
   kcoral::ExecuteRecord record = record_of("refused", 401, "ERROR");
   record.error_kind = kcoral::ErrorKind::unauthorized;
   record.error_message = "this server needs a bearer token";
-  record.anonymous = true;
+  record.tenant = std::nullopt;
   return record;
 }
 
@@ -84,8 +85,7 @@ TEST_CASE("a log of another name in the same directory rotates on its own") {
 
 TEST_CASE("with tokens, records that showed none go to anonymous.jsonl and cannot rotate events.jsonl") {
   kcoral::test::TempDir dir;
-  ServerFixture server;
-  server.state.token_digests = {kcoral::sha256_hex("secret")};
+  ServerFixture server(*kcoral::Tenants::parse("secret\n", "tokens"));
   auto events = open_log({dir.path(), 2000, 2});
   auto anonymous = open_log({dir.path(), 2000, 2, "anonymous.jsonl"});
   server.state.event_log = events.get();
@@ -131,6 +131,27 @@ TEST_CASE("line separators and every other non-ASCII character are escaped; inva
   CHECK(text.find("\\u0085") != std::string::npos);
   Json line = Json::parse(text);
   CHECK(line["error"]["message"] == "a\u2028b\u2029c\u0085d \u00e9 \ufffd!");
+}
+
+TEST_CASE("a line names its tenant by the operator's name, never its token; an anonymous one by none") {
+  kcoral::test::TempDir dir;
+  ServerFixture server(*kcoral::Tenants::parse("alice token-of-alice\nbob token-of-bob\n", "tokens"));
+  auto events = open_log({dir.path(), 1 << 20, 2});
+  auto anonymous = open_log({dir.path(), 1 << 20, 2, "anonymous.jsonl"});
+  server.state.event_log = events.get();
+  server.state.anonymous_log = anonymous.get();
+  kcoral::ExecuteRecord bobs = record_of("bob's", 200, "COMPLETED");
+  bobs.tenant = 1;
+  kcoral::record_execute(server.state, bobs);
+  kcoral::record_execute(server.state, unauthorized());
+  auto kept = lines_of(dir / "events.jsonl");
+  REQUIRE(kept.size() == 1);
+  CHECK(Json::parse(kept[0])["tenant"] == "bob");
+  auto refused = lines_of(dir / "anonymous.jsonl");
+  REQUIRE(refused.size() == 1);
+  CHECK(Json::parse(refused[0])["tenant"].is_null());
+  for (const std::string& line : {kept[0], refused[0]}) CHECK(line.find("token-of") == std::string::npos);
+  CHECK(server.metrics.render({}, server.blobs).find("token-of") == std::string::npos);
 }
 
 }  // TEST_SUITE

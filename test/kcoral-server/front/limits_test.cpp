@@ -1,7 +1,8 @@
 // The front's bounds as plain code (kcoral-server/front/descriptors.cpp, inflight_bytes.hpp):
 // the descriptor plan keeps what fits, lowers the cache's files before connections, and
 // refuses a limit too low; the in-flight budget grants what fits, refuses what does not,
-// counts what is already in memory, and releases a holder's share at once.
+// counts what is already in memory, and releases a holder's share at once; a tenant's part
+// of it refuses past its own limit, as the whole budget does past the server's.
 #include <doctest/doctest.h>
 
 #include "descriptors.hpp"
@@ -52,6 +53,51 @@ TEST_CASE("the in-flight budget grants what fits and refuses the rest until rele
   second.release();
   CHECK(budget.used() == 0);
   CHECK_FALSE(kcoral::InflightBytes::Reservation(budget).grow_to(101));
+}
+
+TEST_CASE("a tenant's budget bounds its requests within the server's, and says it was the one that refused") {
+  kcoral::InflightBytes server(100), alice(60), bob(60);
+  kcoral::InflightBytes::Reservation first(server), second(server), third(server);
+  first.set_tenant(&alice);
+  second.set_tenant(&alice);
+  third.set_tenant(&bob);
+  CHECK(first.grow_to(50));
+  CHECK_FALSE(second.grow_to(20));  // alice's 60 would be passed; the server has room
+  CHECK(second.tenant_refused());
+  CHECK(server.used() == 50);       // nothing taken by the refusal
+  CHECK(alice.used() == 50);
+  CHECK(third.grow_to(50));         // bob's own part
+  CHECK_FALSE(second.grow_to(10));  // fits alice's, not the server's
+  CHECK_FALSE(second.tenant_refused());
+  CHECK(alice.used() == 50);        // given back
+  first.add(5);                     // already in memory: counted in both
+  CHECK(alice.used() == 55);
+  CHECK(server.used() == 105);
+  first.release();
+  CHECK(alice.used() == 0);
+  CHECK(server.used() == 50);
+  // A keep-alive connection's next request may be another tenant's.
+  first.set_tenant(&bob);
+  CHECK_FALSE(first.grow_to(20));
+  CHECK(first.tenant_refused());
+  third.release();
+  CHECK(first.grow_to(20));
+  CHECK(bob.used() == 20);
+  first.set_tenant(nullptr);  // releases what it held
+  CHECK(bob.used() == 0);
+  CHECK(server.used() == 0);
+}
+
+TEST_CASE("on a server of one tenant, whose part is the whole budget, a refusal is the server's") {
+  kcoral::InflightBytes server(100), only(100);
+  kcoral::InflightBytes::Reservation health(server), first(server), second(server);
+  CHECK(health.grow_to(30));  // a request of no tenant (GET /health without a token)
+  first.set_tenant(&only);
+  second.set_tenant(&only);
+  CHECK(first.grow_to(60));
+  CHECK_FALSE(second.grow_to(20));
+  CHECK_FALSE(second.tenant_refused());
+  CHECK(only.used() == 60);
 }
 
 }  // TEST_SUITE

@@ -78,8 +78,8 @@ TEST_CASE("the latency histogram is cumulative, bounds included") {
 TEST_CASE("other requests and the gauges are rendered") {
   kcoral::Metrics metrics;
   kcoral::BlobStore blobs(1000);
-  blobs.put(kcoral::sha256_hex("abc"), *kcoral::Blob::copy_of("abc"));
-  blobs.put(kcoral::sha256_hex("de"), *kcoral::Blob::copy_of("de"));
+  blobs.put("default", kcoral::sha256_hex("abc"), *kcoral::Blob::copy_of("abc"));
+  blobs.put("default", kcoral::sha256_hex("de"), *kcoral::Blob::copy_of("de"));
   metrics.record_other_request();
   metrics.record_other_request();
   const std::string text = metrics.render({8, 3, 5}, blobs);

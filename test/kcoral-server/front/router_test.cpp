@@ -90,7 +90,7 @@ TEST_CASE("GET /health while stopping answers 503 unavailable with Retry-After")
 
 TEST_CASE("GET /metrics is Prometheus text with the pool's load and the cache's size") {
   ServerFixture server;
-  server.blobs.put(kcoral::sha256_hex("cached"), *kcoral::Blob::copy_of("cached"));
+  server.blobs.put("default", kcoral::sha256_hex("cached"), *kcoral::Blob::copy_of("cached"));
   auto routed = server.get("/metrics");
   REQUIRE(routed.response.has_value());
   CHECK(routed.response->result() == http::status::ok);
@@ -389,6 +389,72 @@ TEST_CASE("error_response makes a request id when it has none and uses it in bod
   CHECK(header(with_id, "X-Request-ID") == "given");
   CHECK(with_id.version() == 10);
   CHECK(with_id.result() == http::status::bad_request);
+}
+
+kcoral::Tenants two_tenants() { return *kcoral::Tenants::parse("alice token-a\nbob token-b\n", "tokens"); }
+
+TEST_CASE("a tenant's blobs are its own: another naming the digest gets the CACHE_MISS of a digest nobody sent") {
+  ServerFixture server(two_tenants());
+  const std::string secret = "alice's PIN: 4821";
+  auto uploaded = server.execute({program_part(program_with_bytes({secret})),
+                                  {blob_name(secret), "application/octet-stream", secret}},
+                                 {}, "token-a");
+  REQUIRE(uploaded.job);
+  CHECK(uploaded.job->tenant == 0);
+  // Bob names alice's digest and one nobody sent, without either blob.
+  auto guessed = server.execute({program_part(program_with_bytes({secret, "nobody's"}))}, {}, "token-b");
+  REQUIRE(guessed.response.has_value());
+  Json body = body_of(*guessed.response);
+  CHECK(body["status"] == "CACHE_MISS");
+  CHECK(body["missing_blobs"] == Json::array({kcoral::sha256_hex(secret), kcoral::sha256_hex("nobody's")}));
+  // Alice, naming it again without the blob, has it.
+  auto again = server.execute({program_part(program_with_bytes({secret}))}, {}, "token-a");
+  REQUIRE(again.job);
+  CHECK(again.job->blobs.at(kcoral::sha256_hex(secret)).view() == secret);
+  // Bob's own upload of the same bytes runs as his.
+  auto bobs = server.execute({program_part(program_with_bytes({secret})),
+                              {blob_name(secret), "application/octet-stream", secret}},
+                             {}, "token-b");
+  REQUIRE(bobs.job);
+  CHECK(bobs.job->tenant == 1);
+}
+
+TEST_CASE("/execute without an accepted token is refused by the router too, and stores nothing") {
+  ServerFixture server(two_tenants());
+  const std::string data = "sent without a token";
+  for (const std::string& token : {std::string(), std::string("token-c")}) {
+    auto routed = server.execute({program_part(program_with_bytes({data})),
+                                  {blob_name(data), "application/octet-stream", data}},
+                                 {}, token);
+    REQUIRE(routed.response.has_value());
+    CHECK(routed.response->result() == http::status::unauthorized);
+  }
+  CHECK(server.blobs.count() == 0);
+}
+
+TEST_CASE("/metrics counts each tenant by its name, and never shows a token") {
+  ServerFixture server(two_tenants());
+  (void)server.execute({program_part(program_with_bytes({"m"}))}, {}, "token-b");  // cache_miss
+  (void)server.execute({program_part(program_with_bytes({"d"})), {blob_name("d"), "application/octet-stream", "d"}},
+                       {}, "token-a");
+  kcoral::ExecuteJob job;
+  job.tenant = 1;
+  (void)kcoral::finish_execute(job, {kcoral::ProgramResult{}, {2.5, 1, 0, 0}}, server.state, 11, true);
+  auto metrics = server.get("/metrics", "token-a");
+  REQUIRE(metrics.response.has_value());
+  const std::string& text = metrics.response->body();
+  for (const char* line : {"kcoral_tenant_execute_requests_total{tenant=\"bob\",outcome=\"cache_miss\"} 1\n",
+                           "kcoral_tenant_execute_requests_total{tenant=\"bob\",outcome=\"completed\"} 1\n",
+                           "kcoral_tenant_execute_requests_total{tenant=\"alice\",outcome=\"completed\"} 0\n",
+                           "kcoral_tenant_queue_wait_seconds_total{tenant=\"bob\"} 0.002500\n",
+                           "kcoral_tenant_blob_cache_blobs{tenant=\"alice\"} 1\n",
+                           "kcoral_tenant_blob_cache_bytes{tenant=\"bob\"} 0\n",
+                           "kcoral_tenant_queue_depth{tenant=\"alice\"} 0\n",
+                           "kcoral_tenant_inflight_bytes{tenant=\"alice\"} 0\n"}) {
+    CAPTURE(line);
+    CHECK(text.find(line) != std::string::npos);
+  }
+  CHECK(text.find("token-") == std::string::npos);
 }
 
 }  // TEST_SUITE

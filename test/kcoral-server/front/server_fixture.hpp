@@ -1,5 +1,6 @@
 // A ServerState for routing tests: an unstarted WorkerPool (load() and versions() work
-// without workers), a small blob store, fresh metrics, and helpers to make requests.
+// without workers), a small blob store, fresh metrics, the tenants given (one, without
+// tokens, by default), and helpers to make requests.
 #pragma once
 
 #include <boost/asio/io_context.hpp>
@@ -16,29 +17,41 @@ namespace http = boost::beast::http;
 using Json = nlohmann::ordered_json;
 
 struct ServerFixture {
+  explicit ServerFixture(Tenants tenants_given = {}) : tenants(std::move(tenants_given)) {}
+
+  static WorkerPool::Config pool_config(std::size_t tenants) {
+    WorkerPool::Config config;
+    config.tenants = tenants;
+    return config;
+  }
+
   ServerConfig config;
+  Tenants tenants;
   BlobStore blobs{1 << 20};
   boost::asio::io_context io;
-  WorkerPool pool{io, WorkerPool::Config{}};  // never started: no processes
-  Metrics metrics;
-  // The fields after started_at keep their defaults; which fields those are grows with the
-  // server (target_arch, ...), so they are left out rather than spelled out here.
+  WorkerPool pool{io, pool_config(tenants.size())};  // never started: no processes
+  Metrics metrics{tenants.size()};
+  // The fields after tenants keep their defaults; which fields those are grows with the
+  // server, so they are left out rather than spelled out here.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"
-  ServerState state{config, blobs, pool, metrics, "instance-1", "2026-12-02T15:51:55.123456Z"};
+  ServerState state{config, blobs, pool, metrics, "instance-1", "2026-12-02T15:51:55.123456Z", 0, "", tenants};
 #pragma GCC diagnostic pop
 
-  RouteResult get(const std::string& target) {
+  RouteResult get(const std::string& target, const std::string& token = {}) {
     HttpRequest request{http::verb::get, target, 11};
+    if (!token.empty()) request.set(http::field::authorization, "Bearer " + token);
     return route(request, state);
   }
 
-  // POST /execute with the given parts (name, content type, data).
-  RouteResult execute(const std::vector<OutgoingPart>& parts, const std::string& request_id = {}) {
+  // POST /execute with the given parts (name, content type, data), showing `token` if any.
+  RouteResult execute(const std::vector<OutgoingPart>& parts, const std::string& request_id = {},
+                      const std::string& token = {}) {
     EncodedMultipart body = encode_multipart(parts);
     HttpRequest request{http::verb::post, "/execute", 11};
     request.set(http::field::content_type, body.content_type);
     if (!request_id.empty()) request.set("X-Request-ID", request_id);
+    if (!token.empty()) request.set(http::field::authorization, "Bearer " + token);
     request.body() = body.body;
     request.prepare_payload();
     return route(request, state);

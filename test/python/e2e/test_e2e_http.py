@@ -22,7 +22,7 @@ from kcoral import ProtocolError
 
 from e2e.programs import call
 
-SAMPLE = re.compile(r'^([a-z_]+)(\{[a-z_]+="[^"]*"\})? (-?[0-9.e+]+|\+Inf)$')
+SAMPLE = re.compile(r'^([a-z_]+)(\{[a-z_]+="[^"]*"(?:,[a-z_]+="[^"]*")*\})? (-?[0-9.e+]+|\+Inf)$')
 
 
 def test_health_fields(server):

@@ -1,0 +1,349 @@
+// ProgramCgroups through the control group file systems: mkdir and rmdir of directories,
+// one value per control file, and on v1 the memory controller's OOM notification
+// (an eventfd registered in cgroup.event_control against memory.oom_control).
+#include "program_cgroups.hpp"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/eventfd.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <thread>
+
+namespace kcoral {
+namespace {
+
+// The child of a v2 group that takes the group's own processes (see the header).
+constexpr const char* kLeaf = "kcoral-leaf";
+// Equal for every program: v1's and v2's defaults, written so that nothing else decides.
+constexpr const char* kCpuShares = "1024";
+constexpr const char* kCpuWeight = "100";
+
+std::string errno_text(int error) { return std::strerror(error); }
+
+// Writes `text` to a control file in one write(2), as the kernel expects; the errno of a
+// refusal is kept for the caller.
+Status write_control(const std::string& path, const std::string& text, int* error = nullptr) {
+  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
+  bool written = fd && ::write(fd.get(), text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  if (written) return {};
+  int saved = errno;
+  if (error != nullptr) *error = saved;
+  return fail(ErrorKind::engine, "writing '" + text + "' to " + path + ": " + errno_text(saved));
+}
+
+std::string read_control(const std::string& path) {
+  std::ifstream file(path);
+  std::ostringstream text;
+  text << file.rdbuf();
+  return text.str();
+}
+
+bool exists(const std::string& path) { return ::access(path.c_str(), F_OK) == 0; }
+
+std::set<std::string> words(const std::string& text) {
+  std::istringstream in(text);
+  std::set<std::string> found;
+  for (std::string word; in >> word;) found.insert(word);
+  return found;
+}
+
+// The value of `key` in a flat keyed file ("oom_kill 3").
+std::uint64_t keyed_value(const std::string& text, const std::string& key) {
+  std::istringstream in(text);
+  for (std::string name; in >> name;) {
+    std::uint64_t value = 0;
+    if (!(in >> value)) return 0;
+    if (name == key) return value;
+  }
+  return 0;
+}
+
+Status make_directory(const std::string& path) {
+  if (::mkdir(path.c_str(), 0755) == 0 || errno == EEXIST) return {};
+  return fail(ErrorKind::engine, "creating " + path + ": " + errno_text(errno));
+}
+
+// Removes a group's directory; processes still in it are killed first (a group with
+// processes cannot be removed), for at most about a second.
+void remove_group(const std::string& directory) {
+  for (int attempt = 0; attempt < 1000; ++attempt) {
+    if (::rmdir(directory.c_str()) == 0 || errno == ENOENT) return;
+    if (errno != EBUSY) return;
+    if (attempt == 0 && write_control(directory + "/cgroup.kill", "1")) continue;  // v2, 5.14 and later
+    std::istringstream pids(read_control(directory + "/cgroup.procs"));
+    for (long pid; pids >> pid;)
+      if (pid > 0) ::kill(static_cast<pid_t>(pid), SIGKILL);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+std::string parent_of(const std::string& directory) { return directory.substr(0, directory.rfind('/')); }
+std::string base_name(const std::string& directory) { return directory.substr(directory.rfind('/') + 1); }
+
+// v2: moves the processes of `group` into its child kcoral-leaf, so that `group` may give
+// controllers to its children. Processes that appear meanwhile are moved on the next round.
+Status move_processes_to_leaf(const std::string& group, std::size_t& moved) {
+  std::string leaf = group + "/" + kLeaf;
+  if (auto made = make_directory(leaf); !made) return made;
+  for (int round = 0; round < 10; ++round) {
+    std::istringstream pids(read_control(group + "/cgroup.procs"));
+    bool any = false;
+    for (std::string pid; pids >> pid;) {
+      any = true;
+      int error = 0;
+      if (write_control(leaf + "/cgroup.procs", pid, &error)) ++moved;
+      else if (error != ESRCH) return fail(ErrorKind::engine, "moving process " + pid + " into " + leaf + ": " +
+                                                                  errno_text(error));
+    }
+    if (!any) return {};
+  }
+  return fail(ErrorKind::engine, "processes keep appearing in " + group);
+}
+
+// v2: gives the `wanted` controllers to the children of `group`; returns those it could,
+// and notes why the others failed.
+std::vector<std::string> enable_for_children(const std::string& group, const std::vector<std::string>& wanted,
+                                             std::vector<std::string>& notes, bool may_move) {
+  std::vector<std::string> enabled;
+  std::set<std::string> already = words(read_control(group + "/cgroup.subtree_control"));
+  for (const std::string& controller : wanted) {
+    if (already.contains(controller)) {
+      enabled.push_back(controller);
+      continue;
+    }
+    int error = 0;
+    auto written = write_control(group + "/cgroup.subtree_control", "+" + controller, &error);
+    if (!written && error == EBUSY && may_move) {
+      std::size_t moved = 0;
+      if (auto status = move_processes_to_leaf(group, moved); !status) {
+        notes.push_back(status.error().message);
+        return enabled;
+      }
+      notes.push_back("moved the " + std::to_string(moved) + " processes of " + group + " into " + group + "/" +
+                      kLeaf + " (a v2 group that holds processes cannot give controllers to its children)");
+      may_move = false;
+      written = write_control(group + "/cgroup.subtree_control", "+" + controller, &error);
+    }
+    if (written) enabled.push_back(controller);
+    else notes.push_back("no " + controller + " controller: " + written.error().message);
+  }
+  return enabled;
+}
+
+}  // namespace
+
+// -- ProgramCgroup ----------------------------------------------------------------------------
+
+ProgramCgroup::ProgramCgroup(ProgramCgroup&& other) noexcept
+    : version_(other.version_),
+      directories_(std::exchange(other.directories_, {})),
+      memory_directory_(std::exchange(other.memory_directory_, {})),
+      memory_events_(std::move(other.memory_events_)) {}
+
+ProgramCgroup& ProgramCgroup::operator=(ProgramCgroup&& other) noexcept {
+  if (this != &other) {
+    remove();
+    version_ = other.version_;
+    directories_ = std::exchange(other.directories_, {});
+    memory_directory_ = std::exchange(other.memory_directory_, {});
+    memory_events_ = std::move(other.memory_events_);
+  }
+  return *this;
+}
+
+ProgramCgroup::~ProgramCgroup() { remove(); }
+
+void ProgramCgroup::remove() {
+  memory_events_.reset();  // before the group goes: its removal would signal the event
+  for (const std::string& directory : directories_) remove_group(directory);
+  directories_.clear();
+  memory_directory_.clear();
+}
+
+Status ProgramCgroup::join() const {
+  for (const std::string& directory : directories_)
+    if (auto written = write_control(directory + "/cgroup.procs", "0"); !written) return written;
+  return {};
+}
+
+std::uint64_t ProgramCgroup::oom_kills() const {
+  if (memory_directory_.empty()) return 0;
+  const char* file = version_ == CgroupVersion::v1 ? "/memory.oom_control" : "/memory.events";
+  return keyed_value(read_control(memory_directory_ + file), "oom_kill");
+}
+
+bool ProgramCgroup::take_memory_event() const {
+  std::uint64_t count = 0;
+  return memory_events_ && ::read(memory_events_.get(), &count, sizeof count) == sizeof count && count > 0;
+}
+
+// -- ProgramCgroups ---------------------------------------------------------------------------
+
+ProgramCgroups::ProgramCgroups(ProgramCgroups&& other) noexcept
+    : version_(other.version_),
+      directories_(std::exchange(other.directories_, {})),
+      controllers_(std::exchange(other.controllers_, {})),
+      notes_(std::exchange(other.notes_, {})),
+      limits_(other.limits_) {}
+
+ProgramCgroups& ProgramCgroups::operator=(ProgramCgroups&& other) noexcept {
+  if (this != &other) {
+    remove();
+    version_ = other.version_;
+    directories_ = std::exchange(other.directories_, {});
+    controllers_ = std::exchange(other.controllers_, {});
+    notes_ = std::exchange(other.notes_, {});
+    limits_ = other.limits_;
+  }
+  return *this;
+}
+
+ProgramCgroups::~ProgramCgroups() { remove(); }
+
+void ProgramCgroups::remove() {
+  std::set<std::string> removed;
+  for (const auto& [controller, directory] : directories_)
+    if (removed.insert(directory).second) remove_group(directory);
+  directories_.clear();
+}
+
+Result<ProgramCgroups> ProgramCgroups::create(const CgroupLayout& layout, const std::string& name,
+                                              ProgramCgroupLimits limits) {
+  ProgramCgroups groups;
+  groups.version_ = layout.version;
+  groups.limits_ = limits;
+  if (layout.version == CgroupVersion::v1) {
+    for (std::string_view wanted : kProgramControllers) {
+      std::string controller(wanted);
+      auto own = layout.directories.find(controller);
+      if (own == layout.directories.end()) {
+        groups.notes_.push_back("no " + controller + " hierarchy is mounted");
+        continue;
+      }
+      std::string directory = own->second + "/" + name;
+      if (auto made = make_directory(directory); !made) {
+        groups.notes_.push_back("no " + controller + " controller: " + made.error().message);
+        continue;
+      }
+      groups.directories_.emplace(controller, directory);
+      groups.controllers_.push_back(controller);
+    }
+  } else {
+    std::string own = layout.directories.begin()->second;
+    // A group named kcoral-leaf holds the processes another server moved there: its parent
+    // is the one that gives controllers.
+    if (base_name(own) == kLeaf) own = parent_of(own);
+    std::set<std::string> available = words(read_control(own + "/cgroup.controllers"));
+    std::vector<std::string> wanted;
+    for (std::string_view controller : kProgramControllers) {
+      if (available.contains(std::string(controller))) wanted.emplace_back(controller);
+      else groups.notes_.push_back("no " + std::string(controller) + " controller in " + own);
+    }
+    std::vector<std::string> enabled = enable_for_children(own, wanted, groups.notes_, true);
+    std::string directory = own + "/" + name;
+    if (!enabled.empty()) {
+      if (auto made = make_directory(directory); !made) {
+        groups.notes_.push_back(made.error().message);
+        enabled.clear();
+      } else {
+        groups.directories_.emplace("", directory);  // removed with the rest
+        enabled = enable_for_children(directory, enabled, groups.notes_, false);
+      }
+    }
+    for (const std::string& controller : enabled) {
+      groups.directories_.emplace(controller, directory);
+      groups.controllers_.push_back(controller);
+    }
+  }
+  if (groups.controllers_.empty()) {
+    std::string why;
+    for (const std::string& note : groups.notes_) why += (why.empty() ? "" : "; ") + note;
+    return fail(ErrorKind::engine, why.empty() ? "no control group controller can be used" : why);
+  }
+  return groups;
+}
+
+Result<ProgramCgroup> ProgramCgroups::make(const std::string& name) const {
+  ProgramCgroup group;
+  group.version_ = version_;
+  // The directories first, so that a failure part way removes what was made.
+  std::map<std::string, std::string> made;  // server group directory -> the program's
+  for (const std::string& controller : controllers_) {
+    const std::string& parent = directories_.at(controller);
+    if (made.contains(parent)) continue;
+    std::string directory = parent + "/" + name;
+    if (::mkdir(directory.c_str(), 0755) != 0)
+      return fail(ErrorKind::engine, "creating the control group " + directory + ": " + errno_text(errno));
+    made.emplace(parent, directory);
+    group.directories_.push_back(directory);
+  }
+  bool v1 = version_ == CgroupVersion::v1;
+  for (const std::string& controller : controllers_) {
+    const std::string& directory = made.at(directories_.at(controller));
+    Status written;
+    if (controller == "memory" && limits_.memory_bytes > 0) {
+      std::string bytes = std::to_string(limits_.memory_bytes);
+      group.memory_directory_ = directory;
+      if (v1) {
+        written = write_control(directory + "/memory.limit_in_bytes", bytes);
+        // Memory and swap together no more than memory alone: no swap (absent without
+        // swap accounting, and then there is nothing to bound).
+        if (written && exists(directory + "/memory.memsw.limit_in_bytes"))
+          written = write_control(directory + "/memory.memsw.limit_in_bytes", bytes);
+      } else {
+        written = write_control(directory + "/memory.max", bytes);
+        if (written && exists(directory + "/memory.swap.max")) written = write_control(directory + "/memory.swap.max", "0");
+        if (written) written = write_control(directory + "/memory.oom.group", "1");
+      }
+    } else if (controller == "memory") {
+      group.memory_directory_ = directory;
+    } else if (controller == "pids" && limits_.processes > 0) {
+      written = write_control(directory + "/pids.max", std::to_string(limits_.processes));
+    } else if (controller == "cpu") {
+      written = v1 ? write_control(directory + "/cpu.shares", kCpuShares)
+                   : write_control(directory + "/cpu.weight", kCpuWeight);
+    }
+    if (!written) return std::unexpected(written.error());
+  }
+  if (v1 && !group.memory_directory_.empty()) {
+    UniqueFd events(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+    UniqueFd oom_control(::open((group.memory_directory_ + "/memory.oom_control").c_str(), O_RDONLY | O_CLOEXEC));
+    if (!events || !oom_control)
+      return fail(ErrorKind::engine, "the OOM notification of " + group.memory_directory_ + ": " + errno_text(errno));
+    if (auto registered = write_control(group.memory_directory_ + "/cgroup.event_control",
+                                        std::to_string(events.get()) + " " + std::to_string(oom_control.get()));
+        !registered)
+      return std::unexpected(registered.error());
+    group.memory_events_ = std::move(events);
+  }
+  return group;
+}
+
+std::string ProgramCgroups::directory(const std::string& controller) const {
+  auto found = directories_.find(controller);
+  return found == directories_.end() || controller.empty() ? std::string() : found->second;
+}
+
+std::string ProgramCgroups::description() const {
+  std::string text = std::string("cgroup ") + (version_ == CgroupVersion::v1 ? "v1" : "v2") + " (";
+  for (std::size_t i = 0; i < controllers_.size(); ++i) text += (i > 0 ? ", " : "") + controllers_[i];
+  text += ") under ";
+  std::set<std::string> shown;
+  for (const std::string& controller : controllers_) {
+    const std::string& directory = directories_.at(controller);
+    if (shown.insert(directory).second) text += (shown.size() > 1 ? ", " : "") + directory;
+  }
+  for (const std::string& note : notes_) text += "; " + note;
+  return text;
+}
+
+}  // namespace kcoral

@@ -1,0 +1,119 @@
+// ProgramCgroups: a control group for each program (the worker process and everything it
+// starts), below the group the server runs in, so that a program's limits hold for all of
+// its processes together, whatever they do (fork, setsid, daemonize, fill tmpfs or memfds):
+//
+//   - memory: its memory limit counts every page its processes charge, anonymous memory,
+//     page cache, kernel memory and the pages of tmpfs files and memfds they write
+//     (shared memory is charged to the group that touched it first), with no swap
+//     (memsw / memory.swap.max). Past it the OOM killer takes the whole program: on v2
+//     through memory.oom.group; on v1, which has no such switch, the zygote kills the rest
+//     when the group's OOM event fires (memory_event_fd). oom_kills() then tells the
+//     zygote why the program ended.
+//   - pids: processes and threads of the program together.
+//   - cpu: the same weight for every program (v1 cpu.shares 1024, v2 cpu.weight 100), so
+//     the scheduler shares the CPUs between programs, not between their threads: a program
+//     of a hundred setsid children gets the share of a program of one thread.
+//
+// The server's group is `<own group>/<name>` (kcoral-<zygote pid>), each program's a
+// child of it. On cgroup v2 a group that holds processes cannot give controllers to
+// groups below it (the "no internal processes" rule), so when the server's own group
+// holds processes and does not give them yet, those processes (the server among them) are
+// moved into a child of it, `kcoral-leaf`, first; a server started later from there uses
+// the same parent. What cannot be had (no such controller, no permission) is left out and
+// said in description(); create() fails only when no controller can be used at all.
+//
+// Ownership: ProgramCgroups owns the server's group and removes it when destroyed (after
+// its programs' groups); each ProgramCgroup owns one program's directories and removes
+// them when destroyed, killing what is still in them first. Not thread-safe. Made in the
+// zygote; a forked child may join() its group but must leave with _exit, never through
+// these destructors.
+//
+//   auto groups = ProgramCgroups::create(*read_cgroup_layout(), "kcoral-" + pid, limits);
+//   auto group = groups->make("program-7");     // before the fork
+//   (child) group->join();                       // the child and all it starts are in it
+//   (reaped) bool out_of_memory = group->oom_kills() > 0;  group.reset();
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "cgroup_layout.hpp"
+#include "kcoral/error.hpp"
+#include "kcoral/unique_fd.hpp"
+
+namespace kcoral {
+
+struct ProgramCgroupLimits {
+  std::uint64_t memory_bytes = 0;  // of the whole program; 0: none
+  std::uint64_t processes = 0;     // processes and threads of the whole program; 0: none
+};
+
+class ProgramCgroup {
+ public:
+  ProgramCgroup() = default;
+  ProgramCgroup(ProgramCgroup&& other) noexcept;
+  ProgramCgroup& operator=(ProgramCgroup&& other) noexcept;
+  ProgramCgroup(const ProgramCgroup&) = delete;
+  ProgramCgroup& operator=(const ProgramCgroup&) = delete;
+  ~ProgramCgroup();
+
+  // Moves the calling process into the group, in every hierarchy. Called by the program's
+  // first process before it starts anything.
+  [[nodiscard]] Status join() const;
+  // How many processes of the group the OOM killer has killed.
+  [[nodiscard]] std::uint64_t oom_kills() const;
+  // cgroup v1: a descriptor that becomes readable when the group runs out of memory
+  // (drain it with take_memory_event); -1 on v2, where the kernel kills the whole group.
+  [[nodiscard]] int memory_event_fd() const { return memory_events_.get(); }
+  // Whether the memory event fired since the last call.
+  bool take_memory_event() const;
+  // The group's directories, one per hierarchy.
+  [[nodiscard]] const std::vector<std::string>& directories() const { return directories_; }
+
+ private:
+  friend class ProgramCgroups;
+  void remove();
+
+  CgroupVersion version_ = CgroupVersion::v2;
+  std::vector<std::string> directories_;
+  std::string memory_directory_;  // empty: no memory controller
+  UniqueFd memory_events_;        // v1: the OOM notification's eventfd
+};
+
+class ProgramCgroups {
+ public:
+  ProgramCgroups(ProgramCgroups&& other) noexcept;
+  ProgramCgroups& operator=(ProgramCgroups&& other) noexcept;
+  ProgramCgroups(const ProgramCgroups&) = delete;
+  ProgramCgroups& operator=(const ProgramCgroups&) = delete;
+  ~ProgramCgroups();
+
+  // Makes the server's group `name` below this process's own groups (`layout`), with the
+  // controllers that can be used there.
+  [[nodiscard]] static Result<ProgramCgroups> create(const CgroupLayout& layout, const std::string& name,
+                                                     ProgramCgroupLimits limits);
+  // Makes one program's group `name`, its limits written.
+  [[nodiscard]] Result<ProgramCgroup> make(const std::string& name) const;
+
+  // The controllers in use, in the order of kProgramControllers.
+  [[nodiscard]] const std::vector<std::string>& controllers() const { return controllers_; }
+  [[nodiscard]] CgroupVersion version() const { return version_; }
+  // The server's group directory of `controller` (empty when that one is not in use).
+  [[nodiscard]] std::string directory(const std::string& controller) const;
+  // One line: the version, the controllers in use and where; what is missing and why.
+  [[nodiscard]] std::string description() const;
+
+ private:
+  ProgramCgroups() = default;
+  void remove();
+
+  CgroupVersion version_ = CgroupVersion::v2;
+  std::map<std::string, std::string> directories_;  // controller in use -> the server's group
+  std::vector<std::string> controllers_;
+  std::vector<std::string> notes_;                  // what is missing, and why
+  ProgramCgroupLimits limits_;
+};
+
+}  // namespace kcoral

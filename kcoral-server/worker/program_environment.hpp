@@ -1,0 +1,61 @@
+// ProgramEnvironment: the environment a program finds, a fixed list, and nothing of the
+// server's (whose environment may hold KCORAL_TOKEN or any other secret of the operator):
+//
+//   PATH      the worker's own interpreter's bin directory first, then the system's
+//             (kDefaultSystemPath; on a GPU server the CUDA toolkit's bin before it, where
+//             it exists), or instead of the system's what the operator gives as PATH
+//   HOME      /tmp/home, in the program's private scratch space
+//   TMPDIR    /tmp, the scratch space (with --sandbox none both are the worker's own
+//             directory under the work root)
+//   LANG      C.UTF-8
+//   USER, LOGNAME   kcoral
+//   CUDA_VISIBLE_DEVICES          a GPU server's worker: its GPU's UUID
+//   CUDA_DEVICE_MAX_CONNECTIONS   when --cuda-connections sets it
+//   and each NAME=VALUE of --program-env, which may also replace any of the above.
+//
+// The worker sets it before its first program (os.environ and the C environment both),
+// and points /proc/self/environ at it, since what a process shows there is the block it
+// was started with (the zygote's) until told otherwise.
+//
+//   auto variables = program_environment(spec);
+//   (void)show_environment(variables);   // /proc/self/environ
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "kcoral/error.hpp"
+
+namespace kcoral {
+
+using EnvironmentVariables = std::vector<std::pair<std::string, std::string>>;
+
+inline constexpr const char* kDefaultSystemPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+// The CUDA toolkit's tools (ncu, compute-sanitizer, nvcc), on a GPU server's PATH.
+inline constexpr const char* kCudaToolkitBin = "/usr/local/cuda/bin";
+
+struct ProgramEnvironmentSpec {
+  std::string interpreter_bin;          // the directory of the worker's Python
+  std::string system_path = kDefaultSystemPath;  // what follows it on PATH
+  std::string home = "/tmp/home";
+  std::string tmpdir = "/tmp";
+  std::string visible_devices;          // CUDA_VISIBLE_DEVICES; empty: none
+  int cuda_connections = 0;             // > 0: CUDA_DEVICE_MAX_CONNECTIONS
+  EnvironmentVariables operator_variables;  // --program-env, in order
+};
+
+// The list above, in that order, the operator's additions last.
+[[nodiscard]] EnvironmentVariables program_environment(const ProgramEnvironmentSpec& spec);
+
+// NAME=VALUE, as --program-env takes it: NAME of letters, digits and underscores, not
+// starting with a digit.
+[[nodiscard]] Result<std::pair<std::string, std::string>> parse_environment_assignment(std::string_view text);
+
+// Points this process's /proc/self/environ at `variables` (prctl PR_SET_MM_MAP, which
+// needs no privilege). Where the kernel refuses, the old block is overwritten in place
+// with as many of them as fit and zeros after: an error says what could not be shown.
+[[nodiscard]] Status show_environment(const EnvironmentVariables& variables);
+
+}  // namespace kcoral
