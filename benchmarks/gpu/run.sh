@@ -95,12 +95,13 @@ start() {  # name, flags...: starts a server, prints its URL
   grep -o "http://[0-9.]*:[0-9]*" "$out/server-$name.log" | head -n 1
 }
 rm -f /tmp/kcoral-servers
-gpu=$(start gpu --device gpu --gpus 0 --workers-per-gpu 2)
+# A secret in the GPU server's environment: test_gpu_sandbox checks that no program sees it.
+gpu=$(KCORAL_CHECK_SECRET=do-not-show start gpu --device gpu --gpus 0 --workers-per-gpu 2)
 unsandboxed=$(start unsandboxed --device gpu --gpus 0 --workers-per-gpu 2 --sandbox none)
 reused=$(start reused --device gpu --gpus 0 --workers-per-gpu 2 --programs-per-worker 64)
 cpu=$(start cpu --device cpu --num-workers 4)
 log "servers: gpu=$gpu unsandboxed=$unsandboxed reused=$reused cpu=$cpu"
-grep -h "sandbox" "$out/server-gpu.log" | head -3
+grep -h "sandbox\|limits:" "$out/server-gpu.log" | head -4
 [[ -n $gpu && -n $cpu ]] || { tail -20 "$out"/server-*.log; exit 1; }
 
 summary=$result/gpu-check.md  # straight into $OUT: it comes back even if the call is cut short
@@ -136,6 +137,12 @@ log "GPU tests"
 KCORAL_GPU_URL=$gpu timeout 900 "$python" -m pytest -q -rs -p no:cacheprovider test/python/gpu 2>&1 | tee "$out/gpu-tests.log" | tail -15
 echo >>"$summary"
 echo "GPU tests: $(tail -n 1 "$out/gpu-tests.log")" >>"$summary"
+echo "GPU server's limits: $(grep -h "limits:" "$out/server-gpu.log" | head -1)" >>"$summary"
+log "per-program limits and tenants, CPU servers of this machine's own (cgroup v2)"
+KCORAL_SERVER=$server timeout 600 "$python" -m pytest -q -rs -p no:cacheprovider \
+  test/python/adversarial/test_program_limits.py test/python/adversarial/test_tenants.py 2>&1 |
+  tee "$out/limits-tests.log" | tail -15
+echo "Per-program limits and tenants (CPU servers): $(tail -n 1 "$out/limits-tests.log")" >>"$summary"
 fi
 
 if [[ ${1:-} == small-kernel ]]; then

@@ -474,6 +474,13 @@ void Sandbox::out_of_memory(pid_t worker) {
   ::kill(worker, SIGKILL);
 }
 
+void Sandbox::end() {
+  workers_.clear();
+  ending_.clear();
+  forking_ = Worker{};
+  cgroups_.reset();
+}
+
 Result<std::string> Sandbox::enter(std::vector<int> keep, const std::string& visible_devices) {
   if (!config_.enabled) return std::string();
   UniqueFd admit = std::move(admit_child_);

@@ -111,6 +111,9 @@ class Sandbox {
   // Parent: the program of `worker` ran out of memory: all of it is killed, as the OOM
   // killer of cgroup v1 kills only one process.
   void out_of_memory(pid_t worker);
+  // Parent, at the zygote's end, once every child is killed and reaped: removes the
+  // programs' control groups, then the server's.
+  void end();
   // Child: sets everything up. `keep` are descriptors to keep (all others are closed,
   // standard streams included, which then point at /dev/null); `visible_devices` names
   // the GPU (a UUID) whose device nodes the worker gets. Returns where programs' working
@@ -133,11 +136,12 @@ class Sandbox {
   UniqueFd own_pid_namespace_;  // the zygote's, to fork the next worker from
   UniqueFd admit_parent_, admit_child_;  // a socket pair for the uid-map handshake
   UniqueFd lifeline_read_, lifeline_write_;  // inits end when the zygote's end closes
+  // Declared before the workers, whose groups are inside it, so that it is removed last.
+  std::optional<ProgramCgroups> cgroups_;
+  std::optional<UserIdPool> uids_;           // a root zygote's
   std::map<pid_t, Worker> workers_;          // by worker pid, until released
   std::map<pid_t, Worker> ending_;           // released, by init pid, until the init is reaped
   Worker forking_;                           // the next worker's; in the child, its own
-  std::optional<UserIdPool> uids_;           // a root zygote's
-  std::optional<ProgramCgroups> cgroups_;
   std::string no_cgroups_;                   // why there are none
   std::uint64_t forks_ = 0;                  // names the programs' control groups
   std::optional<SeccompFilter> filter_;      // compiled once, loaded by each worker

@@ -156,6 +156,7 @@ int Zygote::serve(int signal_fd, std::map<std::string, std::string> versions) {
   }
   for (pid_t pid : workers_) ::kill(pid, SIGKILL);
   kill_descendants();
+  sandbox_.end();
   for (pid_t pid : workers_) remove_tree(worker_root(pid));
   return 0;
 }

@@ -3,7 +3,12 @@
 The attacks of test/python/adversarial, from a program on the GPU server while another
 client's GPU program runs beside it: the worker sees only its own GPU's device nodes, its
 own processes and a read-only system; it is unprivileged, filtered and limited; killing
-everything in sight or exhausting memory, disk and processes hurts no other program.
+everything in sight or exhausting memory, disk and processes hurts no other program. Its limits are the program's
+as a whole (its control group: cgroup v2 on the GPU machine), its environment is its own
+list, and of /sys it sees what CUDA reads, never the network's devices.
+
+The server is started with its defaults (an 8 GiB memory limit per program) and, in its
+environment, KCORAL_CHECK_SECRET, which no program may see.
 """
 
 from __future__ import annotations
@@ -94,3 +99,65 @@ def test_exhausting_memory_disk_and_processes_hurts_no_other_gpu_program():
     assert report["memory"] == "MemoryError"
     assert report["disk_error"] in ("EFBIG", "ENOSPC")
     assert report["fork_error"] == "EAGAIN"
+
+
+PROGRAM_LIMITS = r"""
+import os, sys
+
+def together_past(limit_bytes, processes):
+    # Each process well under the limit alone, all of them together past it.
+    share = limit_bytes * 3 // (2 * processes)
+    children = []
+    for _ in range(processes):
+        pid = os.fork()
+        if pid == 0:
+            held = b"\x01" * share  # written, so resident
+            import time
+            time.sleep(60)
+            os._exit(0)
+        children.append(pid)
+    for pid in children:
+        os.waitpid(pid, 0)
+    return "not killed"
+
+def environment_and_sys():
+    import torch
+    x = torch.ones(1 << 20, device="cuda")
+    def listing(path):
+        try:
+            return sorted(os.listdir(path))
+        except OSError as error:
+            return error.__class__.__name__
+    return {"environ": dict(os.environ), "executable": sys.executable, "sum": float(x.sum().item()),
+            "class": listing("/sys/class"), "net": listing("/sys/class/net"),
+            "cpu_online": open("/sys/devices/system/cpu/online").read().strip(),
+            "cgroup": open("/proc/self/cgroup").read()}
+"""
+
+
+def limits_program(name: str, *args, cpu_only: bool = True):
+    program = Program()
+    module = program.upload(id="m", kind="module", source=PROGRAM_LIMITS)
+    fn = program.get_function(id="f", module=module, name=name, cpu_only=cpu_only)
+    program.return_(key="out", value=program.run(id="r", fn=fn, args=list(args)))
+    return execute(program)
+
+
+def test_processes_together_past_the_memory_limit_kill_the_whole_program_beside_a_gpu_program():
+    result = with_victim(lambda: limits_program("together_past", 8 << 30, 3))
+    assert result.status == "FAILED"
+    assert result.error.kind == "runtime", result.error
+    assert "memory limit of 8192 MiB" in result.error.message, result.error.message
+
+
+def test_a_gpu_program_gets_its_own_environment_and_of_sys_what_cuda_reads():
+    report = limits_program("environment_and_sys", cpu_only=False).raise_for_error()["out"]
+    assert report["sum"] == float(1 << 20)  # CUDA works with the /sys it has
+    environ = report["environ"]
+    assert "KCORAL_CHECK_SECRET" not in environ and "KCORAL_TOKEN" not in environ
+    assert environ["PATH"].split(":")[0] == os.path.dirname(report["executable"])
+    assert {"HOME", "TMPDIR", "LANG"} <= environ.keys()
+    assert "CUDA_VISIBLE_DEVICES" in environ
+    assert "net" not in (report["class"] if isinstance(report["class"], list) else [])
+    assert report["net"] in ("FileNotFoundError", [])
+    assert report["cpu_online"]
