@@ -11,6 +11,8 @@
 #   benchmarks/gpu/run.sh examples   the examples and the GPU tests, not the measurements
 #   benchmarks/gpu/run.sh tests      the GPU tests only (the kcoral command's ncu and
 #                                    compute-sanitizer among them): needs the debs, no wheels
+#   benchmarks/gpu/run.sh limits     the per-program limits and tenants' tests only, on CPU
+#                                    servers of this machine (its cgroup v2)
 #   benchmarks/gpu/run.sh measure    the measurements only
 #   benchmarks/gpu/run.sh small-kernel [N]   benchmark() against raw CUPTI for the 256-float
 #                                    kernel, N processes a side, sandboxed and unsandboxed
@@ -86,7 +88,10 @@ fi
 server=build/gpu/kcoral-server/kcoral-server
 start() {  # name, flags...: starts a server, prints its URL
   local name=$1; shift
-  $server --port 0 --python $python --work-root /tmp/kcoral-work-$name "$@" >"$out/server-$name.log" 2>&1 &
+  # Programs get a fixed environment: the kcoral package (on PYTHONPATH here, not installed)
+  # reaches the tools they start (kcoral run python, ncu) through --program-env.
+  $server --port 0 --python $python --work-root /tmp/kcoral-work-$name --program-env "PYTHONPATH=$PYTHONPATH" "$@" \
+    >"$out/server-$name.log" 2>&1 &
   echo $! >>/tmp/kcoral-servers
   for _ in $(seq 1 600); do
     grep -q "listening on" "$out/server-$name.log" && break
@@ -125,24 +130,27 @@ example() {  # name, script, env...
   log "example $name: $status"
   [[ $status == passed ]] || tail -15 "$out/example-$name.log"
 }
-if [[ ${1:-} != measure && ${1:-} != small-kernel && ${1:-} != tests ]]; then
+if [[ ${1:-} != measure && ${1:-} != small-kernel && ${1:-} != tests && ${1:-} != limits ]]; then
 example benchmark_kernel examples/benchmark_kernel.py KCORAL_URL=$gpu
 example remote_compile_client examples/remote_compile_client.py KCORAL_URL=$gpu
 example library_upload_client examples/library_upload_client.py KCORAL_URL=$gpu
 example remote_compilation_client examples/remote_compilation_client.py KCORAL_URL=$gpu KCORAL_CPU_URL=$cpu
 fi
 
-if [[ ${1:-} != measure && ${1:-} != small-kernel ]]; then
+if [[ ${1:-} != measure && ${1:-} != small-kernel && ${1:-} != limits ]]; then
 log "GPU tests"
 KCORAL_GPU_URL=$gpu timeout 900 "$python" -m pytest -q -rs -p no:cacheprovider test/python/gpu 2>&1 | tee "$out/gpu-tests.log" | tail -15
 echo >>"$summary"
 echo "GPU tests: $(tail -n 1 "$out/gpu-tests.log")" >>"$summary"
 echo "GPU server's limits: $(grep -h "limits:" "$out/server-gpu.log" | head -1)" >>"$summary"
+fi
+if [[ ${1:-} == tests || ${1:-} == limits ]]; then
 log "per-program limits and tenants, CPU servers of this machine's own (cgroup v2)"
-KCORAL_SERVER=$server timeout 600 "$python" -m pytest -q -rs -p no:cacheprovider \
+KCORAL_SERVER=$server timeout 400 "$python" -m pytest -q -rs -p no:cacheprovider \
   test/python/adversarial/test_program_limits.py test/python/adversarial/test_tenants.py 2>&1 |
   tee "$out/limits-tests.log" | tail -15
 echo "Per-program limits and tenants (CPU servers): $(tail -n 1 "$out/limits-tests.log")" >>"$summary"
+find /tmp/pytest-of-root -name server.stderr -size +0 2>/dev/null | tail -40 | tar -czf "$result/test-servers.tar.gz" -T - 2>/dev/null
 fi
 
 if [[ ${1:-} == small-kernel ]]; then
@@ -150,7 +158,7 @@ if [[ ${1:-} == small-kernel ]]; then
   timeout 500 "$python" benchmarks/gpu/gpu_checks.py --fresh "$gpu" --reused "$reused" \
     --fresh-variant "sandbox none=$unsandboxed" --small-kernel-processes "${2:-15}" \
     --raw-cupti build/gpu/raw_cupti --json "$result/gpu-small-kernel.json" 2>&1 | tee -a "$summary"
-elif [[ ${1:-} != examples && ${1:-} != tests ]]; then
+elif [[ ${1:-} != examples && ${1:-} != tests && ${1:-} != limits ]]; then
 log "measurements"
 echo >>"$summary"
 timeout 900 "$python" benchmarks/gpu/gpu_checks.py --fresh "$gpu" --reused "$reused" \

@@ -41,8 +41,11 @@ from adversarial.victim import assert_serves, victim_beside
 pytestmark = pytest.mark.slow
 
 MiB = 1 << 20
-MEMORY_LIMIT = 256 * MiB
-SCRATCH = 512 * MiB  # larger than the memory limit: tmpfs pages meet the memory limit first
+# 1 GiB: a worker forked from a parent that mapped numpy (OpenBLAS reserves a buffer per
+# core) holds some hundreds of MiB of address space before its program starts.
+MEMORY_LIMIT = 1024 * MiB
+SCRATCH = 2048 * MiB  # larger than the memory limit: tmpfs pages meet the memory limit first
+FILE_SIZE = 4096 * MiB  # larger too, so that one file may pass the memory limit
 PROCESSES = 64
 OPEN_FILES = 200  # not the default (1024), to see the flag hold
 FIRST_UID, LAST_UID = 1879048192, 1879113727  # the default --sandbox-uid-range
@@ -307,7 +310,7 @@ def require(server: Server, said: str) -> None:
         pytest.skip(f"the server does not say {said!r} here: {limits_line(server)}")
 
 
-MEMORY_TOGETHER = "Memory: 256 MiB for all of a program's processes together"
+MEMORY_TOGETHER = f"Memory: {MEMORY_LIMIT >> 20} MiB for all of a program's processes together"
 CPU_WEIGHT = "CPU: the same weight for every program"
 OWN_USERS = "Users: each worker runs as a user of its own outside"
 
@@ -316,7 +319,7 @@ def assert_killed_for_memory(result) -> None:
     assert result.status == "FAILED", result
     assert result.error["kind"] == "runtime", result.error
     message = result.error["message"]
-    assert "memory limit of 256 MiB" in message and f"--memory-limit-bytes {MEMORY_LIMIT}" in message, message
+    assert f"memory limit of {MEMORY_LIMIT >> 20} MiB" in message and f"--memory-limit-bytes {MEMORY_LIMIT}" in message, message
 
 
 def control_group_directories(server: Server) -> dict[str, Path]:
@@ -346,6 +349,7 @@ def limited(start_module_server) -> Iterator[Server]:
         server = start_module_server(
             "--num-workers", "3", "--queue-timeout-seconds", "30",
             "--memory-limit-bytes", str(MEMORY_LIMIT), "--scratch-bytes", str(SCRATCH),
+            "--file-size-limit-bytes", str(FILE_SIZE),
             "--process-limit", str(PROCESSES), "--open-files-limit", str(OPEN_FILES),
             "--program-env", "FOO=bar", "--program-env", "EQUATION=a=b")
     yield server
@@ -360,12 +364,13 @@ def limited(start_module_server) -> Iterator[Server]:
 @pytest.mark.parametrize("how", ["fork", "subprocess"])
 def test_processes_together_past_the_memory_limit_kill_the_program(limited, how):
     require(limited, MEMORY_TOGETHER)
-    # Each of 8 processes touches 48 MiB (far under the limit, and under the address space
-    # per process); two of them fit, eight together (384 MiB) do not.
-    assert run(limited, "allocating_processes", how, 2, 48 * MiB, 0.2).raise_for_error()["out"] == [0, 0]
+    # Each of 8 processes touches 192 MiB (far under the limit, and under the address space
+    # per process); two of them fit, eight together (1.5 GiB) do not.
+    share = MEMORY_LIMIT * 3 // 16
+    assert run(limited, "allocating_processes", how, 2, share, 0.2).raise_for_error()["out"] == [0, 0]
     with victim_beside(limited):
         started = time.monotonic()
-        result = run(limited, "allocating_processes", how, 8, 48 * MiB, 20)
+        result = run(limited, "allocating_processes", how, 8, share, 20)
     assert_killed_for_memory(result)
     assert time.monotonic() - started < 15  # killed when it got there, not at the end of its sleep
     assert_serves(limited)
@@ -374,10 +379,10 @@ def test_processes_together_past_the_memory_limit_kill_the_program(limited, how)
 @pytest.mark.parametrize("where", ["memfd", "/dev/shm", "/tmp"])
 def test_memfd_and_tmpfs_pages_past_the_memory_limit_kill_the_program(limited, where):
     require(limited, MEMORY_TOGETHER)
-    # 400 MiB: past the memory limit, within the scratch space (512 MiB) and the file size
-    # limit (1 GiB), so that only the memory limit can stop it.
+    # 1.5 GiB: past the memory limit, within the scratch space and the file size limit, so
+    # that only the memory limit can stop it.
     with victim_beside(limited):
-        result = run(limited, "fill", where, 400 * MiB)
+        result = run(limited, "fill", where, MEMORY_LIMIT * 3 // 2)
     assert_killed_for_memory(result)
     assert_serves(limited)
 
@@ -596,7 +601,7 @@ def test_the_start_line_names_the_control_groups_and_the_program_groups_hold_the
     if not directories:
         pytest.skip(f"not cgroup v1: {line}")
     assert set(directories) == {"memory", "pids", "cpu"}, line
-    assert "Memory: 256 MiB for all of a program's processes together" in line
+    assert MEMORY_TOGETHER in line
     assert f"Processes: {PROCESSES} per program (control group)" in line
     assert f"Descriptors: {OPEN_FILES} per process, {OPEN_FILES * PROCESSES} per program at most" in line
     assert f"from {FIRST_UID}-{LAST_UID}" in line
@@ -650,7 +655,7 @@ def test_the_start_line_says_when_no_control_group_can_be_made(start_server, tmp
     monkeypatch.setenv("KCORAL_SERVER", str(wrapper))
     server = start_server("--num-workers", "1", "--memory-limit-bytes", str(MEMORY_LIMIT))
     line = limits_line(server)
-    assert line.startswith("no control groups (no memory controller: creating /sys/fs/cgroup/memory"), line
-    assert "Memory: per process only (256 MiB of address space), not for a program's processes together" in line
+    assert line.startswith("no control groups (no memory "), line  # v1: no hierarchy; v2: no controller
+    assert f"Memory: per process only ({MEMORY_LIMIT >> 20} MiB of address space), not for a program's processes together" in line
     assert "CPU: no weight per program" in line
     assert_serves(server)

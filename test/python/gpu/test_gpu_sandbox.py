@@ -146,8 +146,8 @@ def limits_program(name: str, *args, cpu_only: bool = True):
 def test_processes_together_past_the_memory_limit_kill_the_whole_program_beside_a_gpu_program():
     result = with_victim(lambda: limits_program("together_past", 8 << 30, 3))
     assert result.status == "FAILED"
-    assert result.error.kind == "runtime", result.error
-    assert "memory limit of 8192 MiB" in result.error.message, result.error.message
+    assert result.error["kind"] == "runtime", result.error
+    assert "memory limit of 8192 MiB" in result.error["message"], result.error
 
 
 def test_a_gpu_program_gets_its_own_environment_and_of_sys_what_cuda_reads():
