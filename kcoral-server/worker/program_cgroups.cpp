@@ -169,9 +169,9 @@ void ProgramCgroup::remove() {
   memory_directory_.clear();
 }
 
-Status ProgramCgroup::join() const {
+Status ProgramCgroup::join(pid_t pid) const {
   for (const std::string& directory : directories_)
-    if (auto written = write_control(directory + "/cgroup.procs", "0"); !written) return written;
+    if (auto written = write_control(directory + "/cgroup.procs", std::to_string(pid)); !written) return written;
   return {};
 }
 

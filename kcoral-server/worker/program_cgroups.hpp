@@ -25,12 +25,12 @@
 // Ownership: ProgramCgroups owns the server's group and removes it when destroyed (after
 // its programs' groups); each ProgramCgroup owns one program's directories and removes
 // them when destroyed, killing what is still in them first. Not thread-safe. Made in the
-// zygote; a forked child may join() its group but must leave with _exit, never through
-// these destructors.
+// zygote, which moves each forked child into its group (join); a forked child must leave
+// with _exit, never through these destructors.
 //
 //   auto groups = ProgramCgroups::create(*read_cgroup_layout(), "kcoral-" + pid, limits);
 //   auto group = groups->make("program-7");     // before the fork
-//   (child) group->join();                       // the child and all it starts are in it
+//   group->join(child);                          // the child and all it starts are in it
 //   (reaped) bool out_of_memory = group->oom_kills() > 0;  group.reset();
 #pragma once
 
@@ -59,9 +59,9 @@ class ProgramCgroup {
   ProgramCgroup& operator=(const ProgramCgroup&) = delete;
   ~ProgramCgroup();
 
-  // Moves the calling process into the group, in every hierarchy. Called by the program's
-  // first process before it starts anything.
-  [[nodiscard]] Status join() const;
+  // Moves the process `pid` into the group, in every hierarchy: the program's first
+  // process, before it starts anything.
+  [[nodiscard]] Status join(pid_t pid) const;
   // How many processes of the group the OOM killer has killed.
   [[nodiscard]] std::uint64_t oom_kills() const;
   // cgroup v1: a descriptor that becomes readable when the group runs out of memory

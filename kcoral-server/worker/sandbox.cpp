@@ -399,12 +399,20 @@ Result<pid_t> Sandbox::fork() {
 void Sandbox::admit(pid_t child) {
   if (!config_.enabled) return;
   UniqueFd socket = std::move(admit_parent_);
+  // Into its control group before it runs anything of a program's (it waits for the
+  // answer below first), while it sets up its mounts: moving a process between groups
+  // can wait on the kernel for milliseconds (cgroup v1), which the child's own setup
+  // then hides. Until then it runs the sandbox's code only, charged to the zygote.
+  auto worker = workers_.find(child);
+  if (worker != workers_.end() && worker->second.cgroup && !worker->second.cgroup->join(child)) {
+    ::kill(child, SIGKILL);  // never runs outside its limits
+    return;
+  }
   pollfd readable{socket.get(), POLLIN, 0};
   char byte = 0;
   auto timeout_ms = std::chrono::duration_cast<std::chrono::milliseconds>(kAdmitTimeout).count();
   if (::poll(&readable, 1, static_cast<int>(timeout_ms)) != 1 || ::read(socket.get(), &byte, 1) != 1) return;
   // The child made its user namespace: map its one user, unprivileged outside.
-  auto worker = workers_.find(child);
   uid_t outside_uid = zygote_is_root_ && worker != workers_.end() && worker->second.uid ? *worker->second.uid : 0;
   if (zygote_is_root_ && outside_uid == 0) {
     ::kill(child, SIGKILL);  // never mapped to root
@@ -485,13 +493,10 @@ Result<std::string> Sandbox::enter(std::vector<int> keep, const std::string& vis
   if (!config_.enabled) return std::string();
   UniqueFd admit = std::move(admit_child_);
   keep.push_back(admit.get());
-  // Into its control group first, so that everything it does from here on is charged
-  // there, and so that its cgroup namespace (below) is rooted at its own group.
-  if (forking_.cgroup)
-    if (auto joined = forking_.cgroup->join(); !joined) return std::unexpected(joined.error());
 
-  // Namespaces but the user's, which comes last (its maps are the zygote's to write).
-  if (::unshare(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWNET | CLONE_NEWUTS | CLONE_NEWCGROUP) != 0)
+  // Namespaces but the user's, which comes last (its maps are the zygote's to write), and
+  // the cgroup namespace, made once the zygote has moved it into its control group.
+  if (::unshare(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWNET | CLONE_NEWUTS) != 0)
     return system_error("cannot make the sandbox's namespaces");
   if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) return system_error("making / private");
 
@@ -615,6 +620,8 @@ Result<std::string> Sandbox::enter(std::vector<int> keep, const std::string& vis
   if (::write(admit.get(), &byte, 1) != 1 || ::read(admit.get(), &byte, 1) != 1 || byte != 'k')
     return fail(ErrorKind::engine, "the zygote did not map the sandbox's user");
   admit.reset();
+  // In its control group now (admit), and so the root of its cgroup namespace.
+  if (::unshare(CLONE_NEWCGROUP) != 0) return system_error("cannot make the sandbox's cgroup namespace");
   if (::setresgid(kInsideGid, kInsideGid, kInsideGid) != 0) return system_error("setresgid");
   if (::setresuid(kInsideUid, kInsideUid, kInsideUid) != 0) return system_error("setresuid");
   if (auto s = drop_capabilities(); !s) return std::unexpected(s.error());

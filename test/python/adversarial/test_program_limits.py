@@ -266,6 +266,10 @@ def environment():
             "executable": sys.executable}
 
 
+def own_cgroup():
+    return open("/proc/self/cgroup").read()
+
+
 def system_files():
     def listing(path):
         try:
@@ -590,6 +594,14 @@ def test_sys_shows_the_cpus_and_not_the_network_or_the_firmware(limited):
     assert set(report["devices"]) <= {"system", "pci0000:00"} and "system" in report["devices"], report["devices"]
     assert report["online"] == Path("/sys/devices/system/cpu/online").read_text().strip()
     assert report["cpu_count"] == os.cpu_count() and report["affinity"] >= 1
+
+
+
+def test_the_program_sees_its_own_control_group_as_the_root_and_no_other_name(limited):
+    # Its cgroup namespace is made in its own group: neither the server's group nor the
+    # names of other programs' groups show.
+    lines = run(limited, "own_cgroup").raise_for_error()["out"].splitlines()
+    assert lines and all(line.rsplit(":", 1)[1] == "/" for line in lines), lines
 
 
 # -- the start line ----------------------------------------------------------------------------
