@@ -13,12 +13,12 @@
 //   CUDA_DEVICE_MAX_CONNECTIONS   when --cuda-connections sets it
 //   and each NAME=VALUE of --program-env, which may also replace any of the above.
 //
-// The worker sets it before its first program (os.environ and the C environment both),
-// and points /proc/self/environ at it, since what a process shows there is the block it
-// was started with (the zygote's) until told otherwise.
+// The worker sets it before its first program (os.environ and the C environment both).
+// Its /proc/self/environ still shows the block the zygote was started with, which holds
+// nothing of the server's but what the worker machinery reads (zygote_handle.hpp), and
+// which a sandboxed program cannot read (the worker is not dumpable).
 //
 //   auto variables = program_environment(spec);
-//   (void)show_environment(variables);   // /proc/self/environ
 #pragma once
 
 #include <string>
@@ -52,10 +52,5 @@ struct ProgramEnvironmentSpec {
 // NAME=VALUE, as --program-env takes it: NAME of letters, digits and underscores, not
 // starting with a digit.
 [[nodiscard]] Result<std::pair<std::string, std::string>> parse_environment_assignment(std::string_view text);
-
-// Points this process's /proc/self/environ at `variables` (prctl PR_SET_MM_MAP, which
-// needs no privilege). Where the kernel refuses, the old block is overwritten in place
-// with as many of them as fit and zeros after: an error says what could not be shown.
-[[nodiscard]] Status show_environment(const EnvironmentVariables& variables);
 
 }  // namespace kcoral

@@ -186,7 +186,6 @@ void Zygote::fork_worker(int signal_fd, const std::string& visible_devices) {
     PyGILState_STATE gil = PyGILState_Ensure();
     replace_environment(environment);
     PyGILState_Release(gil);
-    (void)show_environment(environment);
     ::close(signal_fd);
     (void)control_.release_socket();  // closed: only the zygote may hold the front's line
     pair->first.reset();

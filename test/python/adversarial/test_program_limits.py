@@ -567,8 +567,8 @@ def test_the_environment_is_a_fixed_list_with_program_env_and_nothing_of_the_ser
     assert report["own"] in ("EACCES", "\0".join(f"{k}={v}" for k, v in environ.items()) + "\0"), report["own"]
     assert report["child_proc"] == "\0".join(f"{k}={v}" for k, v in environ.items()) + "\0"
     assert "FOO=bar\n" in report["child"]
-    # From outside too: no process of the server's but the server holds them (the workers
-    # show the programs' list in /proc/<pid>/environ, not the block they were started with).
+    # From outside too: no process of the server's but the server holds them (the zygote,
+    # and so every worker's /proc/<pid>/environ, has only what the worker machinery reads).
     shown = [str(environ), report["own"], report["child"], report["child_proc"], *worker_environs]
     for text in shown:
         for name, value in SERVER_SECRETS.items():
