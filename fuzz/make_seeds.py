@@ -192,38 +192,64 @@ PIECES = ["[", "]", '{"k":', "}", "7", "0", '"', "x", r"\u00e9", r"\ud83d\ude00"
           '"}', "true", "null", "\\"]
 
 
+HUGE = 1 << 20  # the times of a huge step
+HUGE_ONE_IN = 256  # huge steps count in inputs whose FNV-1a hash is a multiple of this
+
+
+def fnv1a(data: bytes) -> int:
+    value = 0xCBF29CE484222325
+    for byte in data:
+        value = ((value ^ byte) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return value
+
+
 def recipe(*steps: tuple[str, int]) -> bytes:
-    """The input of large_text.hpp that writes each piece the number of times given."""
+    """The input of large_text.hpp that writes each piece the number of times given:
+    huge steps of 2^20, then ordinary steps of up to 4095. A recipe with huge steps ends
+    with steps that write nothing (the piece "x" zero times) chosen so that its hash lets
+    them count."""
     out = bytearray()
     for piece, times in steps:
         what = PIECES.index(piece)
-        while times >= 256 * 16:  # large steps: 256 x up to 4095
-            count = min(times // 256, 0xFFF)
-            out += bytes([what | 0xE0, count & 0xFF, 0xF0 | count >> 8])
-            times -= count * 256
-        while times > 0:  # up to 4095 a step
+        while times >= HUGE:
+            out += bytes([0xFF, 0xFF, what])
+            times -= HUGE
+        while times > 0:
             count = min(times, 0xFFF)
             out += bytes([what | 0xE0, count & 0xFF, count >> 8])
             times -= count
-    return bytes(out)
+    if bytes([0xFF, 0xFF]) not in out:
+        return bytes(out)
+    nothing = [bytes([PIECES.index("x") | high << 5, 0, third]) for high in range(7) for third in range(256)]
+    for first in [b""] + nothing:
+        for second in nothing:
+            if fnv1a(out + first + second) % HUGE_ONE_IN == 0:
+                return bytes(out + first + second)
+    raise AssertionError("no padding found")
 
 
 def large_recipes() -> dict[str, bytes]:
     """The shapes of large inputs: nesting a million deep, megabyte numbers and strings,
-    floods of values, each as large_values_fuzzer and large_frame_fuzzer read them."""
-    open_k, close = ('{"k":', 1), ("}", 1)
-    million = 1 << 20
-    return {
-        "deep-arrays": recipe(open_k, ("[", million), ("]", million), close),
-        "deep-typed-tree": recipe(open_k, ('{"type":"array","value":[', 200_000), ("]}", 200_000), close),
-        "deep-unclosed": recipe(('{"k":', million)),
-        "megabyte-integer": recipe(open_k, ("-", 1), ("7", million), close),
-        "megabyte-fraction": recipe(open_k, ("0", 1), (".", 1), ("7", million), ("e", 1), ("-", 1), ("7", million), close),
-        "long-string": recipe(open_k, ('"', 1), ("x", 3 * million), ('"', 1), close),
-        "escapes": recipe(open_k, ('"', 1), (r"\u00e9", million), (r"\ud83d\ude00", 100_000), ('"', 1), close),
-        "flood": recipe(open_k, ("[", 1), ("0", 1), (",1", million + 1000), ("]", 1), close),
-        "parts": recipe(open_k, ("[", 1), ('{"type":"bytes","part":"return:', 1), ("0", 1), ('"}', 1), ("]", 1), close),
-    }
+    floods of values, each as large_values_fuzzer and large_frame_fuzzer read them; and the
+    same shapes a thousand times smaller, so that the corpus starts with inputs that are
+    cheap to mutate as well as with megabytes."""
+    def shapes(million: int) -> dict[str, bytes]:
+        open_k, close = ('{"k":', 1), ("}", 1)
+        return {
+            "deep-arrays": recipe(open_k, ("[", million), ("]", million), close),
+            "deep-typed-tree": recipe(open_k, ('{"type":"array","value":[', million), close),
+            "deep-unclosed": recipe(('{"k":', million)),
+            "megabyte-integer": recipe(open_k, ("-", 1), ("7", million), close),
+            "megabyte-fraction": recipe(open_k, ("0", 1), (".", 1), ("7", million), ("e", 1), ("-", 1), ("7", million),
+                                        close),
+            "long-string": recipe(open_k, ('"', 1), ("x", million), ('"', 1), close),
+            "escapes": recipe(open_k, ('"', 1), (r"\u00e9", million), ('"', 1), close),
+            "surrogates": recipe(open_k, ('"', 1), (r"\ud83d\ude00", million), ('"', 1), close),
+            "flood": recipe(open_k, ("[", 1), ("0", 1), (",1", million), ("]", 1), close),
+            "parts": recipe(open_k, ("[", 1), ('{"type":"bytes","part":"return:', 1), ("0", 1), ('"}', 1), ("]", 1),
+                            close),
+        }
+    return shapes(HUGE) | {f"{name}.small": data for name, data in shapes(1000).items()}
 
 
 def write(folder: Path, seeds: dict[str, bytes]) -> None:
@@ -248,7 +274,7 @@ def main() -> None:
     write(out / "program_fuzzer", programs | test_programs())
     write(out / "wire_decode_fuzzer", frames())
     write(out / "returned_values_fuzzer", returned_values())
-    write(out / "large_values_fuzzer", {name: bytes([1 if name == "parts" else 0]) + data
+    write(out / "large_values_fuzzer", {name: bytes([1 if name.startswith("parts") else 0]) + data
                                         for name, data in large_recipes().items()})
     write(out / "large_frame_fuzzer", {f"{name}.{where}": bytes([where]) + data
                                        for name, data in large_recipes().items() for where in range(4)})
