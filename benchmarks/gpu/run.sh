@@ -139,7 +139,7 @@ fi
 
 if [[ ${1:-} != measure && ${1:-} != small-kernel && ${1:-} != limits ]]; then
 log "GPU tests"
-KCORAL_GPU_URL=$gpu timeout 900 "$python" -m pytest -q -rs -p no:cacheprovider test/python/gpu 2>&1 | tee "$out/gpu-tests.log" | tail -15
+KCORAL_GPU_URL=$gpu KCORAL_SERVER=$server timeout 900 "$python" -m pytest -q -rs -p no:cacheprovider test/python/gpu 2>&1 | tee "$out/gpu-tests.log" | tail -15
 echo >>"$summary"
 echo "GPU tests: $(tail -n 1 "$out/gpu-tests.log")" >>"$summary"
 echo "GPU server's limits: $(grep -h "limits:" "$out/server-gpu.log" | head -1)" >>"$summary"

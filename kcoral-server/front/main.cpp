@@ -96,6 +96,12 @@ int main(int argc, char** argv) {
   app.add_option("--python", config.python,
                  "Python executable whose environment the workers embed (default: the one installed "
                  "beside kcoral-worker, else the build's)");
+  app.add_option("--preload", config.preload,
+                 "Modules the worker parent imports once, before it forks workers, so that programs do not pay "
+                 "for them (comma-separated; 'none' for none). Those not installed are skipped, and one whose "
+                 "import starts threads or opens a CUDA device is left out; the start line says which")
+      ->delimiter(',')
+      ->capture_default_str();
   app.add_option("--worker", config.worker_path, "Path of kcoral-worker (default: beside this binary)");
   app.add_option("--log-dir", config.log_dir,
                  "Directory of the event log: one JSON line per POST /execute in events.jsonl (request id, "
@@ -250,6 +256,7 @@ int main(int argc, char** argv) {
         return variable ? std::string() : variable.error().message;
       });
   CLI11_PARSE(app, argc, argv);
+  if (config.preload == std::vector<std::string>{"none"}) config.preload.clear();
   if (config.max_inflight_bytes < config.max_request_bytes) {
     std::fprintf(stderr, "kcoral-server: --max-inflight-bytes (%llu) must be at least --max-request-bytes (%llu)\n",
                  static_cast<unsigned long long>(config.max_inflight_bytes),

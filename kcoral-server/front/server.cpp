@@ -77,7 +77,7 @@ int run_server(ServerConfig config) {
   pool_config.programs_per_worker = config.programs_per_worker;
   pool_config.context_inits_at_once = config.context_inits_at_once;
   pool_config.zygote = {config.worker_path, config.device, config.work_root, config.python,
-                        config.programs_per_worker, config.cuda_connections, sandbox_args(config),
+                        config.preload, config.programs_per_worker, config.cuda_connections, sandbox_args(config),
                         config.program_environment, config.memory_limit_bytes};
   pool_config.workers_per_group = config.num_workers;
   // A result's frame holds its returned values' JSON and both captured streams.

@@ -66,6 +66,12 @@ Status ZygoteHandle::start() {
     args.push_back("--python");
     args.push_back(config_.python);
   }
+  if (!config_.preload.empty()) {
+    std::string modules;
+    for (const std::string& module : config_.preload) modules += (modules.empty() ? "" : ",") + module;
+    args.push_back("--preload");
+    args.push_back(modules);
+  }
   args.insert(args.end(), config_.sandbox_args.begin(), config_.sandbox_args.end());
   for (const std::string& assignment : config_.program_environment) {
     args.push_back("--program-env");

@@ -39,6 +39,7 @@ struct ZygoteConfig {
   std::string device = "cpu";
   std::string work_root;
   std::string python;
+  std::vector<std::string> preload;  // modules the zygote imports before it forks
   std::size_t programs_per_worker = 1;
   int cuda_connections = 0;  // > 0: the workers' CUDA_DEVICE_MAX_CONNECTIONS
   std::vector<std::string> sandbox_args;  // passed on to kcoral-worker as they are

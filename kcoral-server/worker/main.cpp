@@ -39,6 +39,25 @@ std::string python_beside_this_binary() {
   return ::access(candidate.c_str(), X_OK) == 0 ? candidate : std::string();
 }
 
+// The start line's account of the preload: "numpy 0.21 s, torch 3.90 s; not installed:
+// cutlass; left out: x (opened /dev/nvidiactl)".
+std::string describe_preload(const std::vector<kcoral::PreloadedModule>& modules) {
+  using Outcome = kcoral::PreloadedModule::Outcome;
+  std::string imported, missing, left_out;
+  auto add = [](std::string& list, const std::string& item) { list += (list.empty() ? "" : ", ") + item; };
+  for (const auto& module : modules) {
+    char seconds[32];
+    std::snprintf(seconds, sizeof seconds, "%.2f s", module.seconds);
+    if (module.outcome == Outcome::imported) add(imported, module.name + " " + seconds);
+    else if (module.outcome == Outcome::not_installed) add(missing, module.name);
+    else add(left_out, module.name + " (" + module.detail.substr(0, std::min(module.detail.find('\n'), std::size_t{200})) + ")");
+  }
+  std::string out = imported.empty() ? "nothing" : imported;
+  if (!missing.empty()) out += "; not installed: " + missing;
+  if (!left_out.empty()) out += "; left out: " + left_out;
+  return out;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -66,6 +85,9 @@ int main(int argc, char** argv) {
   std::string uid_range;
   app.add_option("--sandbox-uid-range", uid_range);
   app.add_option("--readable-path", sandbox_config.readable_paths);
+  std::vector<std::string> preload;
+  app.add_option("--preload", preload, "modules the worker parent imports before it forks (comma-separated)")
+      ->delimiter(',');
   std::vector<std::string> program_env;
   app.add_option("--program-env", program_env, "NAME=VALUE in every program's environment (repeatable)");
   CLI11_PARSE(app, argc, argv);
@@ -106,12 +128,13 @@ int main(int argc, char** argv) {
   if (auto prepared = sandboxes.prepare_zygote(); !prepared) return failed(prepared.error().message);
 
   if (python.empty()) python = python_beside_this_binary();
-  // The heavy imports happen once, here, not in every child. A GPU parent imports torch
-  // but makes no CUDA context: CUDA does not survive fork, each child makes its own.
-  std::vector<std::string> preload{"numpy"};
-  if (gpu) preload.push_back("torch");
-  auto executor = kcoral::Executor::create({python, options.work_root, preload, gpu});
+  // The heavy imports happen once, here, not in every child; each only if it leaves this
+  // process safe to fork (no CUDA: each child makes its own context).
+  auto executor = kcoral::Executor::create({python, options.work_root, {}, gpu});
   if (!executor) return failed(executor.error().message);
+  auto preloaded = (*executor)->preload(preload);
+  if (!preloaded) return failed(preloaded.error().message);
+  std::fprintf(stderr, "kcoral-server: preloaded: %s\n", describe_preload(*preloaded).c_str());
   auto versions = (*executor)->versions();
   (*executor)->prepare_for_fork();
   options.interpreter_bin = kcoral::interpreter_bin();

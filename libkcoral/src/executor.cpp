@@ -1,10 +1,18 @@
 // Executor: the interpreter, its helper module and the device, shared by every run.
 #include "kcoral/executor.hpp"
 
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
 #include <cstdlib>
+#include <cstring>
 
 #include "device.hpp"
+#include "cuda_hazard.hpp"
 #include "kcoral/program_builder.hpp"
+#include "kcoral/unique_fd.hpp"
 #include "program_run.hpp"
 #include "python/interpreter.hpp"
 
@@ -32,6 +40,79 @@ PyRef import_support() {
   PyRef code = KCORAL_PY_CHECK(
       Py_CompileString(python::kExecutorSupportSource, python::kExecutorSupportFilename, Py_file_input));
   return KCORAL_PY_CHECK(PyImport_ExecCodeModule("_kcoral_executor", code.get()));
+}
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// `_kcoral_executor.preload(name)`: the outcome and the exception's text.
+std::pair<PreloadedModule::Outcome, std::string> import_module(PyObject* support, const std::string& name) {
+  PyRef answer = KCORAL_PY_CHECK(PyObject_CallMethod(support, "preload", "s", name.c_str()));
+  const char* outcome = nullptr;
+  const char* detail = nullptr;
+  if (!PyArg_ParseTuple(answer.get(), "ss", &outcome, &detail)) python::throw_python_error("preload", __FILE__, __LINE__);
+  using Outcome = PreloadedModule::Outcome;
+  std::string_view said(outcome);
+  Outcome as = said == "imported"        ? Outcome::imported
+               : said == "not installed" ? Outcome::not_installed
+               : said == "unsafe"        ? Outcome::unsafe
+                                         : Outcome::failed;
+  return {as, detail};
+}
+
+// Imports `name` in a child forked now, which reports how it went and exits: what the
+// import would do to this process, without doing it here. Called with the GIL held.
+Result<PreloadedModule> trial_import(PyObject* support, const std::string& name) {
+  using Outcome = PreloadedModule::Outcome;
+  int ends[2];
+  if (::pipe2(ends, O_CLOEXEC) != 0) return fail(ErrorKind::engine, std::string("pipe: ") + std::strerror(errno));
+  UniqueFd read_end(ends[0]), write_end(ends[1]);
+  auto started = std::chrono::steady_clock::now();
+  PyOS_BeforeFork();
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    PyOS_AfterFork_Child();
+    std::string verdict;
+    try {
+      auto [outcome, detail] = import_module(support, name);
+      std::optional<std::string> hazard = outcome == Outcome::imported ? cuda_hazard() : std::nullopt;
+      verdict = std::to_string(static_cast<int>(hazard ? Outcome::unsafe : outcome)) + (hazard ? *hazard : detail);
+    } catch (const python::PythonException& e) {
+      verdict = std::to_string(static_cast<int>(Outcome::failed)) + e.what();
+    }
+    for (std::size_t at = 0; at < verdict.size();) {
+      ssize_t n = ::write(write_end.get(), verdict.data() + at, verdict.size() - at);
+      if (n <= 0) break;
+      at += static_cast<std::size_t>(n);
+    }
+    ::_exit(0);
+  }
+  PyOS_AfterFork_Parent();
+  if (pid < 0) return fail(ErrorKind::engine, std::string("fork: ") + std::strerror(errno));
+  write_end.reset();
+  std::string verdict;
+  char buffer[4096];
+  for (ssize_t n; (n = ::read(read_end.get(), buffer, sizeof buffer)) != 0;) {
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) break;
+    verdict.append(buffer, static_cast<std::size_t>(n));
+  }
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  PreloadedModule module;
+  module.name = name;
+  module.seconds = seconds_since(started);
+  if (verdict.empty() || verdict[0] < '0' || verdict[0] > '3') {
+    module.outcome = Outcome::failed;
+    module.detail = WIFSIGNALED(status) ? "its trial import was killed by signal " + std::to_string(WTERMSIG(status))
+                                        : "its trial import ended without a word";
+    return module;
+  }
+  module.outcome = static_cast<Outcome>(verdict[0] - '0');
+  module.detail = verdict.substr(1);
+  return module;
 }
 
 std::string default_work_root() {
@@ -103,6 +184,35 @@ void Executor::prepare_for_fork() {
   PyRef collected = gc ? PyRef::steal(PyObject_CallMethod(gc.get(), "collect", nullptr)) : PyRef();
   PyRef frozen = gc ? PyRef::steal(PyObject_CallMethod(gc.get(), "freeze", nullptr)) : PyRef();
   if (!frozen) PyErr_Clear();
+}
+
+Result<std::vector<PreloadedModule>> Executor::preload(const std::vector<std::string>& modules) {
+  using Outcome = PreloadedModule::Outcome;
+  python::Gil gil;
+  std::vector<PreloadedModule> report;
+  try {
+    for (const std::string& name : modules) {
+      auto module = trial_import(impl_->support.get(), name);
+      if (!module) return std::unexpected(module.error());
+      if (module->outcome == Outcome::imported) {
+        auto started = std::chrono::steady_clock::now();
+        auto [outcome, detail] = import_module(impl_->support.get(), name);
+        module->seconds = seconds_since(started);
+        std::optional<std::string> hazard = outcome == Outcome::unsafe ? detail : cuda_hazard();
+        if (hazard)
+          return fail(ErrorKind::engine, "importing " + name + " " + *hazard +
+                                             " in the worker parent, though not in its trial: it must not fork now");
+        if (outcome != Outcome::imported) {  // raised here, though not in its trial
+          module->outcome = Outcome::failed;
+          module->detail = std::move(detail);
+        }
+      }
+      report.push_back(std::move(*module));
+    }
+  } catch (const python::PythonException& e) {
+    return fail(ErrorKind::engine, std::string("cannot preload modules: ") + e.what());
+  }
+  return report;
 }
 
 void Executor::warm_up(const std::string& work_root) {

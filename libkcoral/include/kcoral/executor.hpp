@@ -42,6 +42,15 @@ struct ExecutorOptions {
   bool gpu = false;
 };
 
+// What Executor::preload did with one module.
+struct PreloadedModule {
+  enum class Outcome { imported, not_installed, failed, unsafe };
+  std::string name;
+  Outcome outcome = Outcome::imported;
+  std::string detail;  // failed: the exception; unsafe: what the import did
+  double seconds = 0;  // the import in this process (imported), else the trial's
+};
+
 struct RunOptions {
   std::uint64_t output_limit_bytes = 1u << 20;  // per stream; 0 turns capture off
   std::uint64_t max_binary_bytes = 256u << 20;  // all returned binary data together
@@ -77,6 +86,13 @@ class Executor {
   // the garbage collector's reach (gc.freeze), so that collections in a child do not
   // write to, and so copy, the parent's memory pages.
   void prepare_for_fork();
+  // For such a process, before it forks: imports each module in order that a trial child,
+  // forked just before, imported without raising and without leaving the process unsafe
+  // to fork (more than one thread, a CUDA device file open or mapped: CUDA does not survive
+  // fork). A module that is not installed, raises, or is unsafe is left out. The process
+  // is checked again after each import; an error if it became unsafe all the same (then
+  // it must not fork).
+  [[nodiscard]] Result<std::vector<PreloadedModule>> preload(const std::vector<std::string>& modules);
   // Runs a small program (a module, a call, a return, captured output) in `work_root`,
   // so that what every program touches first is already touched: in a freshly forked
   // child, before its first real program arrives.

@@ -255,6 +255,25 @@ _DISTRIBUTIONS = {
 }
 
 
+def preload(name: str) -> tuple[str, str]:
+    """Imports `name` for a worker parent: ("imported", ""), ("not installed", "") when
+    neither it nor a package above it is installed, ("failed", the exception) when its
+    import raised, or ("unsafe", why) when it left a Python thread running, which a forked
+    child would not have (threads that native libraries start at load, as OpenBLAS does,
+    are theirs to stop around a fork)."""
+    try:
+        importlib.import_module(name)
+    except ModuleNotFoundError as error:
+        if error.name is not None and (name == error.name or name.startswith(error.name + ".")):
+            return "not installed", ""
+        return "failed", f"{type(error).__name__}: {error}"
+    except BaseException as error:  # noqa: BLE001 - any failure leaves the module out
+        return "failed", f"{type(error).__name__}: {error}"
+    if len(sys._current_frames()) > 1:
+        return "unsafe", "started a Python thread"
+    return "imported", ""
+
+
 def versions() -> dict[str, str]:
     """What is installed in this environment, read without importing any of it (the CUDA
     version comes from torch, when the worker has imported it)."""
