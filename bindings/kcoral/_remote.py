@@ -48,8 +48,9 @@ P = ParamSpec("P")
 # The key under which a remote function's program returns the function's value.
 RESULT_KEY = "value"
 
-# Function source is compiled with postponed annotations (PEP 563): an annotation such as
-# ``np.ndarray`` names a type the caller imported, which the server need not have bound.
+# Function and prelude source is compiled with postponed annotations (PEP 563): an
+# annotation such as ``np.ndarray`` names a type the caller imported, which the server need
+# not have bound. The server compiles every uploaded module so too.
 _POSTPONED_ANNOTATIONS = __future__.annotations.compiler_flag
 
 # Uploaded with every call (it is small and fixed). ``call`` receives the module text, its
@@ -448,8 +449,11 @@ def prelude_pieces(prelude: str | Sequence[str | Callable[..., Any]]) -> Iterato
         if isinstance(item, str):
             filename = f"<prelude[{index}]>"
             source = item if item.endswith("\n") else item + "\n"
-            compile(source, filename, "exec", dont_inherit=True)  # a SyntaxError shows here
-            yield SourcePiece(source=source, filename=filename, first_line=1, flags=0)
+            # A SyntaxError shows here.
+            compile(source, filename, "exec", _POSTPONED_ANNOTATIONS, dont_inherit=True)
+            yield SourcePiece(
+                source=source, filename=filename, first_line=1, flags=_POSTPONED_ANNOTATIONS
+            )
         elif isinstance(item, RemoteFunction):
             yield from item._pieces
         elif callable(item):

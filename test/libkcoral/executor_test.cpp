@@ -57,6 +57,30 @@ TEST_CASE("a module's top level runs once, in its own namespace, as a real modul
   CHECK(value[2]["value"] == "def main():\n    return [count, __name__, inspect.getsource(main)]\n");
 }
 
+TEST_CASE("annotations in uploaded modules are left unevaluated, as under from __future__ import annotations") {
+  // The reference server compiles uploads that way, so programs written for it may annotate
+  // with names that do not exist yet where the annotation stands.
+  ProgramBuilder b;
+  auto library = b.upload_module("library", "def helper(x: Undefined) -> Undefined:\n    return x + 1\n");
+  auto entry = b.upload_module(
+      "entry",
+      "import typing\n"
+      "def main(library, x: Undefined) -> Undefined:\n"
+      "    def inner(a: T.Buffer((n,), 'float32')) -> None: ...\n"
+      "    n = 4\n"
+      "    return [library.helper(x), main.__annotations__, inner.__annotations__,\n"
+      "            typing.get_type_hints(Node.child)['return'] is Node]\n"
+      "class Node:\n"
+      "    def child(self) -> Node: ...\n");
+  b.return_value("out", b.run("out", b.get_function("fn", entry, "main"), {library, json_literal("41")}));
+  auto value = out_of(b)["value"];
+  CHECK(value[0]["value"] == 42);
+  CHECK(value[1] == Json::parse(R"({"type": "object", "value": {"x": {"type": "string", "value": "Undefined"},
+                                    "return": {"type": "string", "value": "Undefined"}}})"));
+  CHECK(value[2]["value"]["a"]["value"] == "T.Buffer((n,), 'float32')");
+  CHECK(value[3]["value"] == true);  // a forward reference resolves once its class exists
+}
+
 TEST_CASE("get_function on a CUDA module yields an object with source and name") {
   ProgramBuilder b;
   const std::string kernel = "extern \"C\" __global__ void add(float* x) { x[0] += 1; }";

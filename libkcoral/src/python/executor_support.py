@@ -8,6 +8,7 @@ into libkcoral at build time and imported as the private module ``_kcoral_execut
 
 from __future__ import annotations
 
+import __future__
 import importlib.metadata
 import platform
 import sys
@@ -34,6 +35,8 @@ _INT_BOUND = 10**_MAX_INT_DIGITS
 # Bound when the worker starts, before any uploaded code runs: a program that replaces
 # json.dumps or hashlib.sha256 must not change how its results are encoded.
 _ENCODE_JSON = _JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
+# The compiler flag of ``from __future__ import annotations``: see compile_module.
+_POSTPONED_ANNOTATIONS = __future__.annotations.compiler_flag
 
 
 class SerializationError(Exception):
@@ -46,8 +49,17 @@ class ResponseTooLarge(Exception):
 
 def compile_module(path: str, source: str) -> types.CodeType:
     """Uploaded source compiled as the file ``path`` (where it also lives), before the
-    GPU lease is taken: compiling needs no GPU."""
-    return compile(source, path, "exec", dont_inherit=True)
+    GPU lease is taken: compiling needs no GPU.
+
+    Compiled as under ``from __future__ import annotations`` (PEP 563), and with no other
+    future feature, for compatibility with programs written for the reference server: its
+    loader (``materialize_module`` in kcoral/runtime/python.py) calls ``compile()`` from a
+    module that has that import, and ``compile()`` passes the caller's future features on.
+    So there annotations stay strings, and a program may annotate with a name not defined
+    where the annotation stands (``T.Buffer((N,), ...)`` of a TIRx kernel, a forward
+    reference, a local of an enclosing function defined later) and still run.
+    """
+    return compile(source, path, "exec", flags=_POSTPONED_ANNOTATIONS, dont_inherit=True)
 
 
 def load_module(name: str, path: str, code: types.CodeType) -> types.ModuleType:

@@ -45,6 +45,7 @@ from programs import (  # type: ignore[import-not-found]
     parse_syntax_error,
     parse_top_level_error,
     parse_missing_name,
+    postponed_annotations,
     runtime_exception,
     runtime_custom_exception,
     runtime_key_error,
@@ -203,6 +204,10 @@ CASES: list[Case] = [
          expect=_failed("parse", 0, "upload", "bad")),
     Case("parse_missing_name", parse_missing_name,
          expect=_failed("parse", 1, "get_function", "lookup")),
+    Case("postponed_annotations", postponed_annotations, expect=_completed(r=[
+        42, *[{"object": {"x": "Undefined", "return": "Undefined"}}] * 2,
+        {"object": {"a": "T.Buffer((N,), 'float32')", "return": "None"}},
+        {"object": {"return": "Node"}}])),
     Case("runtime_exception", runtime_exception,
          expect=_failed("runtime", 5, "run", "failing", **{
              "error.message": "ValueError: the message", "results.before": 1}),

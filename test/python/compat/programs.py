@@ -19,7 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sources import CUDA_SOURCE, FILES, OUTPUT, VALUES  # type: ignore[import-not-found]
+from sources import (  # type: ignore[import-not-found]
+    ANNOTATED_ENTRY, ANNOTATED_LIBRARY, CUDA_SOURCE, FILES, OUTPUT, VALUES,
+)
 
 
 @dataclass(frozen=True)
@@ -350,6 +352,17 @@ def parse_top_level_error(P: Any, ctx: Context) -> Any:
 def parse_missing_name(P: Any, ctx: Context) -> Any:
     program = P()
     program.get_function(module=_module(program), name="no_such_function", id="lookup")
+    return program
+
+
+def postponed_annotations(P: Any, ctx: Context) -> Any:
+    """Annotations naming what does not exist where they stand, in the entry module and in
+    a library module whose function it is given: uploads compile with postponed evaluation
+    of annotations (PEP 563), so they stay strings."""
+    program = P()
+    helper = program.get_function(module=_module(program, ANNOTATED_LIBRARY), name="helper")
+    main = program.get_function(module=_module(program, ANNOTATED_ENTRY), name="main")
+    program.return_(key="r", value=program.run(fn=main, args=[helper, 41]))
     return program
 
 

@@ -258,4 +258,24 @@ def top_level_print_then_fail():
     raise RuntimeError("after printing")
 '''
 
+# Annotations that name what is not defined where they stand: a name defined nowhere, a
+# TIRx-style T.Buffer((N,), ...) whose N is assigned after the def, a class referred to in
+# its own body. Modules compiled as under `from __future__ import annotations` load them.
+ANNOTATED_LIBRARY = r'''
+def helper(x: Undefined) -> Undefined:
+    return x + 1
+'''
+
+ANNOTATED_ENTRY = r'''
+def main(helper, x: Undefined) -> Undefined:
+    def kernel(a: T.Buffer((N,), "float32")) -> None: ...
+    N = 4
+    return [helper(x), helper.__annotations__, main.__annotations__, kernel.__annotations__,
+            Node.child.__annotations__]
+
+
+class Node:
+    def child(self) -> Node: ...
+'''
+
 CUDA_SOURCE = "__global__ void add_one(float* x) { x[threadIdx.x] += 1.0f; }\n"

@@ -60,6 +60,24 @@ def test_python_module_function_runs(server):
     assert result["out"] == 42
 
 
+def test_annotations_are_not_evaluated_as_the_reference_server_does(server):
+    # Uploads compile as under `from __future__ import annotations`: an annotation may name
+    # what does not exist yet (or at all), as in the TIRx T.Buffer((N,), ...) of a kernel.
+    program = Program()
+    library = program.upload(id="library", kind="module",
+                             source="def helper(x: Undefined) -> Undefined:\n    return x + 1\n")
+    entry = program.upload(id="entry", kind="module", source=(
+        "def f(library, x: Undefined) -> Undefined:\n"
+        "    def kernel(a: T.Buffer((N,), 'float32')): ...\n"
+        "    N = 4\n"
+        "    return [library.helper(x), f.__annotations__, kernel.__annotations__]\n"))
+    function = program.get_function(id="f", module=entry, name="f")
+    program.return_(key="out", value=program.run(id="r", fn=function, args=[library, 41]))
+    result = server.execute(program).raise_for_error()
+    assert result["out"] == [42, {"x": "Undefined", "return": "Undefined"},
+                             {"a": "T.Buffer((N,), 'float32')"}]
+
+
 def test_cuda_module_gives_source_and_name(server):
     kernel = '__global__ void add_one(float* x) { x[threadIdx.x] += 1.0f; }\n'
 

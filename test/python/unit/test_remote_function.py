@@ -322,6 +322,19 @@ def test_run_local_executes_the_program_of_a_call():
     assert value["total"] == 3 and type(value["total"]) is int and value["root"] == 3.0
 
 
+def test_prelude_text_is_compiled_with_annotations_left_unevaluated():
+    # As the function's own source, and as the server compiles every uploaded module.
+    @client.function(prelude="def scaled(x: Undefined) -> Undefined:\n    return 2 * x\n")
+    def double(x):
+        return [scaled(x), scaled.__annotations__]
+
+    program = double.program(21)
+    run = next(i for i in program.instructions if i["op"] == "run")
+    assert [piece[3] for piece in run["args"][1]] == [__future__.annotations.compiler_flag] * 2
+    value = run_local(program).raise_for_error()["value"]
+    assert value == [42, {"x": "Undefined", "return": "Undefined"}]
+
+
 def test_run_local_traceback_points_into_this_file():
     @client.function
     def fail(x):
