@@ -40,7 +40,7 @@ void gauge(std::ostream& out, std::string_view name, std::string_view help, Valu
 }  // namespace
 
 std::string Metrics::render(const WorkerPool::Load& load, const BlobStore& blobs, const FrontGauges& front,
-                            std::span<const TenantGauges> tenants) const {
+                            std::span<const TenantGauges> tenants, const WorkerStarts::Counts& starts) const {
   std::ostringstream out;
   out << "# HELP kcoral_execute_requests_total POST /execute requests by outcome.\n"
       << "# TYPE kcoral_execute_requests_total counter\n";
@@ -65,6 +65,16 @@ std::string Metrics::render(const WorkerPool::Load& load, const BlobStore& blobs
       << "# HELP kcoral_workers_capacity Programs that can run at once.\n"
       << "# TYPE kcoral_workers_capacity gauge\n"
       << "kcoral_workers_capacity " << load.capacity << "\n"
+      << "# HELP kcoral_worker_starts_total Worker starts by outcome: ready, failed (ended or said why before "
+         "ready), timed_out (killed at the start deadline).\n"
+      << "# TYPE kcoral_worker_starts_total counter\n"
+      << "kcoral_worker_starts_total{outcome=\"ready\"} " << starts.ready << "\n"
+      << "kcoral_worker_starts_total{outcome=\"failed\"} " << starts.failed << "\n"
+      << "kcoral_worker_starts_total{outcome=\"timed_out\"} " << starts.timed_out << "\n"
+      << "# HELP kcoral_worker_starts_failing 1 while no worker can start (the last starts failed): programs are "
+         "answered engine at once.\n"
+      << "# TYPE kcoral_worker_starts_failing gauge\n"
+      << "kcoral_worker_starts_failing " << (starts.failing ? 1 : 0) << "\n"
       << "# HELP kcoral_blob_cache_bytes Bytes held by the blob cache.\n"
       << "# TYPE kcoral_blob_cache_bytes gauge\n"
       << "kcoral_blob_cache_bytes " << blobs.size_bytes() << "\n"

@@ -1,10 +1,11 @@
 // Metrics: the counters behind GET /metrics, in the Prometheus text format.
 //
 // Requests by endpoint and outcome, a latency histogram of /execute, what the front did to
-// protect itself, and the gauges the pool, the blob store and the front (connections,
-// in-flight bytes, descriptors, with their limits) report at render time. Each tenant's
-// requests, queue wait, queue, workers, held bytes and cached blobs are counted apart,
-// labelled with the name the operator gave it (never its token). Thread-safe (atomics).
+// protect itself, the workers' starts by outcome, and the gauges the pool, the blob store
+// and the front (connections, in-flight bytes, descriptors, with their limits) report at
+// render time. Each tenant's requests, queue wait, queue, workers, held bytes and cached
+// blobs are counted apart, labelled with the name the operator gave it (never its token).
+// Thread-safe (atomics).
 #pragma once
 
 #include <array>
@@ -82,7 +83,8 @@ class Metrics {
   void record(Guard guard) { guards_[static_cast<std::size_t>(guard)].fetch_add(1, std::memory_order_relaxed); }
   [[nodiscard]] std::string render(const WorkerPool::Load& load, const BlobStore& blobs,
                                    const FrontGauges& front = {},
-                                   std::span<const TenantGauges> tenants = {}) const;
+                                   std::span<const TenantGauges> tenants = {},
+                                   const WorkerStarts::Counts& starts = {}) const;
 
  private:
   std::array<std::atomic<std::uint64_t>, kOutcomes.size()> outcomes_{};

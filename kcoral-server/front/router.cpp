@@ -168,7 +168,7 @@ RouteResult route(const HttpRequest& request, ServerState& state, std::string_vi
     if (request.method() != http::verb::get) return method_not_allowed("GET");
     return {make_response({200, "text/plain; version=0.0.4; charset=utf-8",
                            state.metrics.render(state.pool.load(), state.blobs, front_gauges(state),
-                                                tenant_gauges(state))},
+                                                tenant_gauges(state), state.pool.start_counts())},
                           request_id, version, keep_alive),
             nullptr};
   }
@@ -243,6 +243,18 @@ void record_execute(ServerState& state, const ExecuteRecord& record) {
   // ASCII only: U+2028, U+2029 and U+0085 end a line for some readers (JavaScript's, and
   // Python's splitlines), so a client's text must not bring them in raw. Invalid UTF-8
   // becomes U+FFFD.
+  log->write(line.dump(-1, ' ', true, Json::error_handler_t::replace));
+}
+
+void record_start_failure(EventLog* log, const StartFailureRecord& record) {
+  if (log == nullptr) return;
+  Json line{{"time", now_rfc3339()},
+            {"event", "worker_start_failed"},
+            {"outcome", record.timed_out ? "timed_out" : "failed"},
+            {"gpu", record.gpu.empty() ? Json(nullptr) : Json(record.gpu)},
+            {"worker_pid", record.pid},
+            {"failures_in_row", record.failures_in_row},
+            {"message", std::string(record.message.substr(0, 2000))}};
   log->write(line.dump(-1, ' ', true, Json::error_handler_t::replace));
 }
 

@@ -97,6 +97,17 @@ struct ExecuteRecord {
   std::optional<std::size_t> tenant = 0;
 };
 void record_execute(ServerState& state, const ExecuteRecord& record);
+// A worker start that failed, for the event log: a line of its own, with `"event":
+// "worker_start_failed"` and no request id. `gpu`: the UUID of its group's GPU (empty on
+// a CPU server); `failures_in_row`: its group's, this one included.
+struct StartFailureRecord {
+  std::string_view gpu;
+  long pid = 0;
+  std::string_view message;
+  bool timed_out = false;
+  std::size_t failures_in_row = 0;
+};
+void record_start_failure(EventLog* log, const StartFailureRecord& record);
 // With --token-file, every request but GET /health must carry one of its tokens as
 // `Authorization: Bearer <token>`: unauthorized otherwise. Checked on the header alone,
 // before any body is read.

@@ -11,6 +11,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <sstream>
@@ -186,6 +187,26 @@ int run_server(ServerConfig config) {
                   disk_cache.get());
   Metrics metrics(tenants.size());
   pool_config.tenant_queue_full = [&metrics] { metrics.record(Metrics::Guard::tenant_queue_full); };
+  // Each failed start is said (once the server listens: before, the first failure ends
+  // the start with its message) and logged; so is the state in which none can start.
+  std::atomic<bool> listening{false};
+  pool_config.start_failed = [&listening, &event_log, groups = pool_config.groups, gpu = config.device == "gpu"](
+                                 const WorkerSupply::StartEnd& end, std::size_t failures_in_row) {
+    std::string of_gpu = gpu && end.group < groups.size() ? groups[end.group] : std::string();
+    if (listening)
+      std::fprintf(stderr, "kcoral-server: a worker%s%s failed to start (%zu in a row): %.2000s\n",
+                   of_gpu.empty() ? "" : " of GPU ", of_gpu.c_str(), failures_in_row, end.failure->c_str());
+    record_start_failure(event_log.get(), {of_gpu, static_cast<long>(end.pid), *end.failure, end.timed_out,
+                                           failures_in_row});
+  };
+  pool_config.failing_changed = [&listening](bool failing, const std::string& why) {
+    if (!listening) return;
+    if (failing)
+      std::fprintf(stderr, "kcoral-server: %.2000s; programs are answered with this (engine) until a worker starts\n",
+                   why.c_str());
+    else
+      std::fprintf(stderr, "kcoral-server: a worker started again; programs run\n");
+  };
   WorkerPool pool(io, pool_config);
   ServerState state{config, blobs, pool, metrics, new_request_id(), now_rfc3339(),
                     config.device == "gpu" ? pool_config.groups.size() : 0, target_arch, std::move(tenants)};
@@ -206,13 +227,20 @@ int run_server(ServerConfig config) {
     for (std::thread& thread : threads) thread.join();
   };
 
-  // Listen only once the workers can take programs.
+  // Listen only once the workers can take programs: the worker parent is up and the first
+  // worker of every group is alive (or one failed, and with it the start).
   auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(5);
   while (!pool.ready() && pool.startup_error().empty() && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   if (!pool.ready()) {
-    std::fprintf(stderr, "kcoral-server: the workers did not start: %s\n",
-                 pool.startup_error().empty() ? "no answer within 5 minutes" : pool.startup_error().c_str());
+    std::string why = pool.startup_error();
+    if (why.empty() && !pool.parent_ready())
+      why = "the worker parent (" + config.worker_path +
+            ", which starts the Python environment and imports what --preload names) did not say it was ready "
+            "within 5 minutes";
+    else if (why.empty())
+      why = "the worker parent is up, but no first worker came up within 5 minutes (it was asked to fork them)";
+    std::fprintf(stderr, "kcoral-server: the workers did not start: %s\n", why.c_str());
     pool.drain([] {});
     stop_threads();
     return 1;
@@ -259,6 +287,7 @@ int run_server(ServerConfig config) {
   std::printf("kcoral-server listening on http://%s:%u (%s, %zu workers, sandbox %s)\n", config.host.c_str(),
               static_cast<unsigned>(*port), config.device.c_str(), pool.load().capacity, config.sandbox.c_str());
   std::fflush(stdout);
+  listening = true;
 
   // A signal: refuse new programs, let running ones go on for the grace, then kill them
   // (answered 503); when none runs, let the last responses be written, and stop. A second

@@ -70,7 +70,8 @@ WorkerHandle::WorkerHandle(Strand strand, pid_t pid, std::size_t group, UniqueFd
       events_(std::move(events)),
       limits_(limits),
       grace_(strand),
-      deadline_(strand) {
+      deadline_(strand),
+      ready_deadline_(strand) {
   ::fcntl(channel_.fd(), F_SETFL, O_NONBLOCK);
   // Out of descriptors, the channel cannot be watched: start() lets the worker go.
   if (int watched = ::fcntl(channel_.fd(), F_DUPFD_CLOEXEC, 3); watched >= 0) readable_.assign(watched);
@@ -79,8 +80,10 @@ WorkerHandle::WorkerHandle(Strand strand, pid_t pid, std::size_t group, UniqueFd
 void WorkerHandle::start() {
   if (!readable_.is_open()) {
     kill_tree();
+    start_failed("the front could not watch a worker's channel (it is out of descriptors)");
     return let_go();
   }
+  arm_ready_deadline(limits_.start_timeout);
   read();
 }
 
@@ -122,7 +125,15 @@ void WorkerHandle::handle(wire::Received received) {
 void WorkerHandle::on_ready() {
   if (state_ != State::starting && state_ != State::recycling) return violation("'ready' while not starting");
   if (init_turn_asked_ || init_turn_held_) return violation("'ready' while holding a context-making turn");
+  bool first = state_ == State::starting;
   state_ = State::idle;
+  if (first) {
+    ready_deadline_.cancel();
+    if (!alive_ && events_.alive) events_.alive(shared_from_this());
+    alive_ = true;
+    if (events_.started) events_.started(shared_from_this());
+    if (state_ != State::idle) return;  // the owner let it go meanwhile
+  }
   events_.idle(shared_from_this());
 }
 
@@ -136,11 +147,22 @@ void WorkerHandle::on_init_lease(bool acquire) {
   }
   if (init_turn_asked_ || init_turn_held_) return violation("asked twice for a context-making turn");
   init_turn_asked_ = true;
+  // Its interpreter runs (it asks just before it makes its CUDA context): enough for the
+  // server's start, which need not wait on CUDA.
+  if (!alive_) {
+    alive_ = true;
+    if (events_.alive) events_.alive(shared_from_this());
+    if (state_ != State::starting) return;
+  }
+  // Waiting for the turn is other workers' time, not this start's.
+  ready_remaining_ = std::max(Clock::duration::zero(), ready_deadline_at_ - Clock::now());
+  ready_deadline_.cancel();
   leases_.acquire_init(group_, pid_, [weak = weak_from_this()] {
     auto self = weak.lock();
     if (!self || !self->init_turn_asked_ || self->state_ == State::gone) return;
     self->init_turn_asked_ = false;
     self->init_turn_held_ = true;
+    self->arm_ready_deadline(self->ready_remaining_);
     self->send_grant();
   });
 }
@@ -187,8 +209,9 @@ void WorkerHandle::on_gpu_access() {
 
 void WorkerHandle::on_failed(const std::string& message) {
   if (state_ != State::starting) return violation("'failed' after starting");
-  std::fprintf(stderr, "kcoral-server: worker %d could not prepare itself: %.2000s\n", static_cast<int>(pid_),
-               message.c_str());
+  // Its own words: the sandbox or the device could not be set up (a limit too low for it,
+  // say). Bounded, as everything a worker sends.
+  start_failed(message.substr(0, 2000));
   let_go();
 }
 
@@ -304,6 +327,7 @@ void WorkerHandle::violation(const std::string& why) {
   std::fprintf(stderr, "kcoral-server: worker %d broke the channel protocol (%.300s); killed\n",
                static_cast<int>(pid_), why.c_str());
   kill_tree();
+  if (state_ == State::starting) start_failed("a starting worker broke the channel protocol (" + why.substr(0, 300) + ")");
   if (job_)
     finish(fail(ErrorKind::engine, "the worker running this program broke the channel protocol (" +
                                        why.substr(0, 300) + ") and was killed"));
@@ -314,6 +338,18 @@ void WorkerHandle::channel_closed() {
   closed_ = true;
   boost::system::error_code ignored;
   readable_.close(ignored);
+  if (state_ == State::starting) {
+    // It ended before it was ready; the exit notice says how (exit code, signal, out of
+    // memory), unless it does not come.
+    grace_.expires_after(kExitNoticeGrace);
+    grace_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+      if (ec || self->state_ != State::starting) return;
+      self->kill_tree();
+      self->start_failed("a worker exited before it became ready");
+      self->let_go();
+    });
+    return;
+  }
   if (!job_) return let_go();
   // Died mid-program. The zygote reports how (a signal, say) an instant later; wait
   // briefly for that, so the error can say it.
@@ -324,9 +360,9 @@ void WorkerHandle::channel_closed() {
 }
 
 void WorkerHandle::exited(const std::string& how, const std::optional<std::string>& failure) {
-  // The exit notice can overtake the child's last messages (its result, say), which are
-  // still in its channel: read those first.
-  while (!closed_ && job_ && state_ != State::gone) {
+  // The exit notice can overtake the child's last messages (its result, say, or why it
+  // could not start), which are still in its channel: read those first.
+  while (!closed_ && (job_ || state_ == State::starting) && state_ != State::gone) {
     auto received = wire::receive(channel_);
     if (!received) {
       if (!is_closed(received.error())) return violation(received.error().message);
@@ -336,7 +372,16 @@ void WorkerHandle::exited(const std::string& how, const std::optional<std::strin
     handle(std::move(**received));
   }
   if (job_) crashed(how, failure);
+  if (state_ == State::starting)
+    start_failed("a worker exited before it became ready (" + how + ")" + (failure ? ": " + *failure : ""));
   let_go();
+}
+
+// Reports a start that ended before `ready`; let_go() follows, so it is reported once.
+void WorkerHandle::start_failed(const std::string& why, bool timed_out) {
+  if (state_ != State::starting) return;
+  ready_deadline_.cancel();
+  if (events_.start_failed) events_.start_failed(shared_from_this(), why, timed_out);
 }
 
 void WorkerHandle::crashed(const std::string& how, const std::optional<std::string>& failure) {
@@ -398,6 +443,7 @@ void WorkerHandle::let_go() {
   closed_ = true;
   deadline_.cancel();
   grace_.cancel();
+  ready_deadline_.cancel();
   boost::system::error_code ignored;
   readable_.close(ignored);
   channel_ = Channel();  // the child sees its channel close and exits
@@ -413,7 +459,23 @@ void WorkerHandle::kill_tree() const {
   ::kill(pid_, SIGKILL);
 }
 
-// -- the deadline ---------------------------------------------------------------------------
+// -- the deadlines --------------------------------------------------------------------------
+
+void WorkerHandle::arm_ready_deadline(Clock::duration remaining) {
+  ready_deadline_at_ = Clock::now() + remaining;
+  ready_deadline_.expires_at(ready_deadline_at_);
+  ready_deadline_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+    // Cancelled, paused for a context-making turn, or re-armed since: not this expiry.
+    if (ec || self->state_ != State::starting || self->init_turn_asked_ || Clock::now() < self->ready_deadline_at_)
+      return;
+    self->kill_tree();
+    self->start_failed("a worker did not become ready within " +
+                           seconds_text(std::chrono::duration<double>(self->limits_.start_timeout).count()) +
+                           " of its start, and was killed",
+                       /*timed_out=*/true);
+    self->let_go();
+  });
+}
 
 void WorkerHandle::start_deadline() {
   paused_remaining_.reset();

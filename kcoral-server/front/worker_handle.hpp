@@ -8,6 +8,14 @@
 //      |  init_lease (acquire, then give back)      |  progress, lease, gpu_access
 //      '--failed--> (exits)                         '--result, no more programs--> (let go)
 //
+// A start has a deadline (Limits::start_timeout), paused while the worker waits for its
+// context-making turn (other workers' time): a worker not ready by then is killed. Every
+// way a start ends is reported once: `alive` when the interpreter is seen to run (the
+// first `init_lease` on a GPU server, before the CUDA context; else `ready`), then
+// `started` at `ready`, or `start_failed` with a reason when it says `failed`, breaks the
+// protocol, exits (the exit notice says how, and whether it ran out of memory) or passes
+// the deadline.
+//
 // Invalid means: an unknown or malformed message, one of another state (`ready` while a
 // job runs, say), a progress index outside the program or going back, a lease asked for
 // twice or given back unheld, more messages than the program can explain, or result
@@ -58,10 +66,19 @@ class WorkerHandle : public std::enable_shared_from_this<WorkerHandle> {
     std::function<void(const WorkerPtr&)> gone;  // dead or let go; it sends nothing more
     // The request id of the job that the worker `pid` runs, if it runs one.
     std::function<std::optional<std::string>(pid_t)> request_of;
+    // The start's milestones (see above); each may be left empty.
+    std::function<void(const WorkerPtr&)> alive;
+    std::function<void(const WorkerPtr&)> started;  // before its first `idle`
+    std::function<void(const WorkerPtr&, const std::string& why, bool timed_out)> start_failed;  // before `gone`
   };
   struct Limits {
     std::size_t max_message_bytes = std::size_t{1} << 30;  // one frame's text
     std::size_t programs = 1;                              // programs one worker may run
+    // From the fork to `ready`. A CPU worker takes about 10 ms (sandbox, courier, a first
+    // small program), a GPU worker a quarter of a second or more besides for its CUDA
+    // context and torch's; 60 s leaves a loaded many-GPU host a wide margin and still
+    // shows a hung start (a wedged driver, a stopped process) within a minute.
+    std::chrono::steady_clock::duration start_timeout = std::chrono::seconds(60);
   };
 
   WorkerHandle(Strand strand, pid_t pid, std::size_t group, UniqueFd channel, LeaseBroker& leases, Events events,
@@ -106,6 +123,8 @@ class WorkerHandle : public std::enable_shared_from_this<WorkerHandle> {
   void violation(const std::string& why);
   void channel_closed();
   void crashed(const std::string& how, const std::optional<std::string>& failure = std::nullopt);
+  void start_failed(const std::string& why, bool timed_out = false);
+  void arm_ready_deadline(Clock::duration remaining);
   void finish(Result<ProgramResult> result);
   void let_go();
   void kill_tree() const;
@@ -127,6 +146,7 @@ class WorkerHandle : public std::enable_shared_from_this<WorkerHandle> {
   State state_ = State::starting;
   bool init_turn_asked_ = false;
   bool init_turn_held_ = false;
+  bool alive_ = false;  // `alive` was reported
   std::size_t programs_run_ = 0;
 
   std::shared_ptr<ExecuteJob> job_;
@@ -141,6 +161,10 @@ class WorkerHandle : public std::enable_shared_from_this<WorkerHandle> {
   boost::asio::steady_timer deadline_;
   Clock::time_point deadline_at_;
   std::optional<Clock::duration> paused_remaining_;
+
+  boost::asio::steady_timer ready_deadline_;
+  Clock::time_point ready_deadline_at_;
+  Clock::duration ready_remaining_{};  // while waiting for a context-making turn
 };
 
 }  // namespace kcoral

@@ -42,7 +42,9 @@ WorkerPool::WorkerPool(boost::asio::io_context& io, Config config)
                [this](const WorkerPtr& worker, std::shared_ptr<ExecuteJob> job, JobOutcome outcome) {
                  on_finished(worker, std::move(job), std::move(outcome));
                },
-               [this](const WorkerPtr& worker) { on_gone(worker); }}),
+               [this](const WorkerPtr& worker) { on_gone(worker); },
+               [this](const WorkerSupply::StartEnd& end) { on_start_ended(end); },
+               [this] { parent_ready_ = true; }}),
       running_(config_.groups.size(), 0),
       queue_(config_.tenants, config_.max_queued_per_tenant),
       tenant_load_(queue_.tenants()) {}
@@ -125,6 +127,11 @@ WorkerPool::Load WorkerPool::load() const {
   return {config_.workers_per_group * config_.groups.size(), running_count_.load(), waiting_count_.load()};
 }
 
+WorkerStarts::Counts WorkerPool::start_counts() const {
+  std::lock_guard lock(mutex_);
+  return start_counts_;
+}
+
 std::vector<WorkerPool::TenantLoad> WorkerPool::tenant_load() const {
   std::lock_guard lock(mutex_);
   return tenant_load_;
@@ -153,8 +160,31 @@ void WorkerPool::dispatch() {
     }
     ++running_[worker->group()];
   }
+  // No worker can start: what no idle one took would wait for nothing.
+  if (!queue_.empty() && !draining_ && supply_.starts().failing()) refuse_queued(supply_.starts().failing_message());
   publish_load();
   supply_.top_up();
+}
+
+void WorkerPool::refuse_queued(const std::string& why) {
+  for (Queued& queued : queue_.take_all()) {
+    queued.timer->cancel();
+    answer(queued.job, {fail(ErrorKind::engine, why), {ms_since(queued.job->received), 0, 0, 0}});
+  }
+}
+
+void WorkerPool::on_start_ended(const WorkerSupply::StartEnd& end) {
+  const WorkerStarts& starts = supply_.starts();
+  {
+    std::lock_guard lock(mutex_);
+    start_counts_ = starts.counts();
+  }
+  if (end.failure && config_.start_failed) config_.start_failed(end, starts.failures_in_row(end.group));
+  if (starts.failing() != failing_) {
+    failing_ = starts.failing();
+    if (config_.failing_changed) config_.failing_changed(failing_, failing_ ? starts.failing_message() : "");
+  }
+  if (failing_) dispatch();
 }
 
 void WorkerPool::on_finished(const WorkerPtr& worker, std::shared_ptr<ExecuteJob> job, JobOutcome outcome) {

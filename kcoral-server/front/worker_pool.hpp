@@ -6,6 +6,10 @@
 // with its most programs waiting has the next one refused as busy. The workers themselves come from the
 // WorkerSupply and speak through their WorkerHandle (which runs the job: delivery,
 // deadline, crash attribution); the GPU leases they ask for go through the LeaseBroker.
+// The pool is ready once the supply's start trial has passed (the first worker of every
+// group is alive). While no worker can start (WorkerStarts::failing: every group's last
+// starts failed), jobs that no idle worker takes are answered `engine` at once, with the
+// workers' failure, instead of waiting for the queue timeout.
 // Every mutation happens on the pool's strand; submit(), drain(), load(), versions(),
 // ready() and startup_error() may be called from any thread. A job's `done` runs on the
 // strand and must hand heavy work (encoding the response) elsewhere.
@@ -50,6 +54,11 @@ class WorkerPool {
     std::size_t max_queued_per_tenant = 256;
     // Called on the strand each time a job is refused for its tenant's full queue.
     std::function<void()> tenant_queue_full;
+    // Called on the strand for each worker start that failed (the event log, the server's
+    // output), with the failures in a row of its group, and when no worker can start any
+    // more (`failing`) or can again.
+    std::function<void(const WorkerSupply::StartEnd&, std::size_t failures_in_row)> start_failed;
+    std::function<void(bool failing, const std::string& why)> failing_changed;
     std::size_t max_message_bytes = std::size_t{1} << 30;  // a worker's largest frame
     ZygoteConfig zygote;
   };
@@ -80,9 +89,13 @@ class WorkerPool {
   void cancel(std::shared_ptr<ExecuteJob> job, Error error);
 
   [[nodiscard]] Load load() const;
+  // The workers' starts so far, by outcome, and whether none can start now.
+  [[nodiscard]] WorkerStarts::Counts start_counts() const;
   [[nodiscard]] std::vector<TenantLoad> tenant_load() const;  // by tenant
   [[nodiscard]] std::map<std::string, std::string> versions() const;
   [[nodiscard]] bool ready() const { return ready_.load(); }
+  // Whether the worker parent is up (ready() also waits for the first workers).
+  [[nodiscard]] bool parent_ready() const { return parent_ready_.load(); }
   // Why the workers cannot start, once that is known (empty until then).
   [[nodiscard]] std::string startup_error() const;
 
@@ -97,6 +110,8 @@ class WorkerPool {
   void dispatch();
   void on_finished(const WorkerPtr& worker, std::shared_ptr<ExecuteJob> job, JobOutcome outcome);
   void on_gone(const WorkerPtr& worker);
+  void on_start_ended(const WorkerSupply::StartEnd& end);
+  void refuse_queued(const std::string& why);
   void answer(std::shared_ptr<ExecuteJob> job, JobOutcome outcome);
   void publish_load();
   void check_drained();
@@ -113,12 +128,15 @@ class WorkerPool {
   std::function<void()> drained_;
 
   std::atomic<bool> ready_{false};
+  std::atomic<bool> parent_ready_{false};
+  bool failing_ = false;  // as last told to failing_changed
   std::atomic<std::size_t> running_count_{0};
   std::atomic<std::size_t> waiting_count_{0};
   mutable std::mutex mutex_;  // for the three below
   std::map<std::string, std::string> versions_;
   std::string startup_error_;
   std::vector<TenantLoad> tenant_load_;
+  WorkerStarts::Counts start_counts_;
 };
 
 }  // namespace kcoral

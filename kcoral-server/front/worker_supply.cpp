@@ -1,4 +1,5 @@
-// WorkerSupply: forking ahead, the zygote's restarts, and the map of live workers.
+// WorkerSupply: forking ahead, the start trial and the back-off, the zygote's restarts, and
+// the map of live workers.
 #include "worker_supply.hpp"
 
 #include <cstdio>
@@ -10,7 +11,7 @@ namespace kcoral {
 
 WorkerSupply::WorkerSupply(Strand strand, Config config, LeaseBroker& leases, Events events)
     : strand_(strand), config_(std::move(config)), leases_(leases), events_(std::move(events)),
-      restart_timer_(strand) {}
+      restart_timer_(strand), fork_timer_(strand), starts_(config_.groups.size()) {}
 
 WorkerSupply::~WorkerSupply() { stop(); }
 
@@ -20,9 +21,10 @@ Status WorkerSupply::start() {
   zygote_ = std::make_unique<ZygoteHandle>(
       strand_, config_.zygote,
       ZygoteHandle::Callbacks{[this](std::map<std::string, std::string> versions) {
-                                bool first = !zygote_ready_;
-                                zygote_ready_ = true;
-                                if (first) events_.ready(std::move(versions));
+                                bool first = !zygote_started_;
+                                zygote_started_ = zygote_ready_ = true;
+                                if (first) versions_ = std::move(versions);
+                                if (first && events_.parent_ready) events_.parent_ready();
                                 top_up();
                               },
                               [this](pid_t pid, UniqueFd channel) { on_forked(pid, std::move(channel)); },
@@ -38,19 +40,43 @@ void WorkerSupply::top_up() {
   // this again.
   if (stopping_ || !zygote_ready_ || !zygote_ || !zygote_->running()) return;
   std::vector<std::size_t> prepared(config_.groups.size(), 0);
+  std::vector<std::size_t> starting(config_.groups.size(), 0);
   for (const auto& [pid, worker] : workers_) {
     auto state = worker->state();
+    if (state == WorkerHandle::State::starting) ++starting[worker->group()];
     if (state == WorkerHandle::State::starting || state == WorkerHandle::State::idle) ++prepared[worker->group()];
   }
-  for (std::size_t group : pending_forks_) ++prepared[group];
+  for (std::size_t group : pending_forks_) ++prepared[group], ++starting[group];
   // Prepared ahead: enough to run a group's programs and to keep its context making busy.
   std::size_t target = std::max(config_.workers_per_group, config_.context_inits_at_once);
+  auto now = WorkerStarts::Clock::now();
   for (std::size_t group = 0; group < config_.groups.size(); ++group) {
-    for (; prepared[group] < target; ++prepared[group]) {
+    std::size_t wanted = target;
+    if (starts_.backing_off(group)) {
+      // Its latest start failed: one worker at a time, once the back-off has passed.
+      if (starting[group] > 0 || prepared[group] >= target) continue;
+      if (auto at = starts_.next_fork_at(group); now < at) {
+        wake_at(at);
+        continue;
+      }
+      wanted = prepared[group] + 1;
+    }
+    for (; prepared[group] < wanted; ++prepared[group]) {
       pending_forks_.push_back(group);
       zygote_->request_fork(config_.groups[group]);
     }
   }
+}
+
+void WorkerSupply::wake_at(WorkerStarts::Clock::time_point at) {
+  if (fork_timer_at_ && *fork_timer_at_ <= at) return;  // an earlier wake-up comes first
+  fork_timer_at_ = at;
+  fork_timer_.expires_at(at);
+  fork_timer_.async_wait([this, at](boost::system::error_code ec) {
+    if (ec || fork_timer_at_ != at) return;  // cancelled, or re-armed for an earlier time
+    fork_timer_at_.reset();
+    top_up();
+  });
 }
 
 void WorkerSupply::on_forked(pid_t pid, UniqueFd channel) {
@@ -65,6 +91,10 @@ void WorkerSupply::on_forked(pid_t pid, UniqueFd channel) {
         auto it = workers_.find(holder);
         if (it == workers_.end() || !it->second->job()) return std::nullopt;
         return it->second->job()->request_id;
+      },
+      [this](const WorkerPtr& worker) { on_alive(worker); }, [this](const WorkerPtr& worker) { on_started(worker); },
+      [this](const WorkerPtr& worker, const std::string& why, bool timed_out) {
+        on_start_failed(worker->group(), worker->pid(), why, timed_out);
       }};
   auto worker = std::make_shared<WorkerHandle>(strand_, pid, group, std::move(channel), leases_, std::move(events),
                                                config_.limits);
@@ -89,19 +119,65 @@ void WorkerSupply::on_gone(const WorkerPtr& worker) {
   top_up();
 }
 
+void WorkerSupply::on_alive(const WorkerPtr& worker) {
+  starts_.alive(worker->group());
+  announce();
+}
+
+void WorkerSupply::on_started(const WorkerPtr& worker) {
+  starts_.ready(worker->group());
+  restarts_in_row_ = 0;
+  if (events_.start_ended) events_.start_ended({worker->group(), worker->pid(), std::nullopt, false});
+  announce();
+}
+
+void WorkerSupply::on_start_failed(std::size_t group, pid_t pid, const std::string& why, bool timed_out) {
+  starts_.failed(group, why, timed_out);
+  if (events_.start_ended) events_.start_ended({group, pid, why, timed_out});
+  announce();
+}
+
+// The start trial's outcome, once known, goes to the owner once.
+void WorkerSupply::announce() {
+  if (announced_ != Announced::not_yet) return;
+  if (const auto& failure = starts_.trial_failure()) {
+    announced_ = Announced::failed;
+    return events_.failed("a worker failed to start: " + *failure);
+  }
+  if (!zygote_started_ || !starts_.trial_passed()) return;
+  announced_ = Announced::ready;
+  events_.ready(std::move(versions_));
+}
+
 void WorkerSupply::on_zygote_failed(const std::string& message) {
   std::fprintf(stderr, "kcoral-server: worker parent failed: %s\n", message.c_str());
   pending_forks_.clear();
-  if (!zygote_ready_) return events_.failed(message);  // it never started
+  zygote_ready_ = false;  // no fork goes to it any more
+  if (!zygote_started_) {  // it never started; the first reason is the one (its exit follows)
+    if (announced_ != Announced::not_yet) return;
+    announced_ = Announced::failed;
+    return events_.failed(message);
+  }
   if (stopping_) return;
+  // Its workers still starting end with it, not for a fault of their own: they go
+  // uncounted. Its failure counts as a failed start in every group.
+  pid_t zygote = zygote_ ? zygote_->pid() : 0;
+  for (std::size_t group = 0; group < config_.groups.size(); ++group)
+    on_start_failed(group, zygote, "the worker parent failed: " + message, false);
+  std::vector<WorkerPtr> starting;
+  for (const auto& [pid, worker] : workers_)
+    if (worker->state() == WorkerHandle::State::starting) starting.push_back(worker);
+  for (const WorkerPtr& worker : starting) worker->discard();
+  if (announced_ != Announced::ready || stopping_) return;  // the start failed with it: the server exits
   // Running children talk to us directly and finish; new ones need a new parent.
   restart_zygote();
 }
 
-// Tries every second until a new parent starts (it may lack descriptors or memory for a
-// while).
+// Tries again until a new parent starts (it may lack descriptors or memory for a while):
+// a second later, twice as long after each restart with no worker ready since, at most 32 s.
 void WorkerSupply::restart_zygote() {
-  restart_timer_.expires_after(std::chrono::seconds(1));
+  restart_timer_.expires_after(std::chrono::seconds(1 << std::min<std::size_t>(restarts_in_row_, 5)));
+  ++restarts_in_row_;
   restart_timer_.async_wait([this](boost::system::error_code ec) {
     if (ec || stopping_) return;
     zygote_->stop();
@@ -117,6 +193,7 @@ void WorkerSupply::restart_zygote() {
 void WorkerSupply::stop() {
   stopping_ = true;
   restart_timer_.cancel();
+  fork_timer_.cancel();
   auto workers = std::move(workers_);
   workers_.clear();
   for (auto& [pid, worker] : workers) worker->discard();

@@ -4,12 +4,16 @@
 // per GPU on a GPU server (each pinned to its GPU by UUID), one group on a CPU server.
 // The supply forks ahead of time so that a program starts on a process that is already
 // up: per group, enough workers that run no job to run the group's share of programs and
-// to keep its context making busy. A zygote that dies is restarted; running workers talk
-// to the front directly and finish. What the workers report goes on to the owner (the
-// pool). Used on the pool's strand only, start() and stop() included.
+// to keep its context making busy. A zygote that dies is restarted, a second later, then
+// twice as long after each restart with no worker ready since (at most 32 s); running
+// workers talk to the front directly and finish. How each start goes is kept in a
+// WorkerStarts: the supply is ready once the first worker of every group is alive (the
+// start trial) and has failed when one of them fails first; after a failed start a group
+// forks one worker at a time, backing off. What the workers report goes on to the owner
+// (the pool). Used on the pool's strand only, start() and stop() included.
 //
 //   WorkerSupply supply(strand, config, leases, events);
-//   supply.start();   // events.ready once the zygote is up, then events.idle per worker
+//   supply.start();   // events.ready once the first workers are alive, then events.idle per worker
 #pragma once
 
 #include <sys/types.h>
@@ -19,11 +23,13 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "lease_broker.hpp"
 #include "worker_handle.hpp"
+#include "worker_starts.hpp"
 #include "zygote_handle.hpp"
 
 namespace kcoral {
@@ -40,12 +46,25 @@ class WorkerSupply {
     WorkerHandle::Limits limits;
     ZygoteConfig zygote;
   };
+  // A start that ended, ready or not.
+  struct StartEnd {
+    std::size_t group = 0;
+    pid_t pid = 0;                       // the worker's, or the zygote's when it failed
+    std::optional<std::string> failure;  // why it did not start; nullopt: it did
+    bool timed_out = false;              // killed at its start deadline
+  };
   struct Events {
-    std::function<void(std::map<std::string, std::string> versions)> ready;  // the zygote is up
-    std::function<void(const std::string& message)> failed;  // the zygote failed
+    // The zygote is up and the first worker of every group is alive (the start trial).
+    std::function<void(std::map<std::string, std::string> versions)> ready;
+    // The zygote failed, or the first start of a group did, before `ready`.
+    std::function<void(const std::string& message)> failed;
     std::function<void(const WorkerPtr&)> idle;
     std::function<void(const WorkerPtr&, std::shared_ptr<ExecuteJob>, JobOutcome)> finished;
     std::function<void(const WorkerPtr&)> gone;
+    // After starts() has taken it in; may be left empty.
+    std::function<void(const StartEnd&)> start_ended;
+    // The zygote is up for the first time (before `ready`); may be left empty.
+    std::function<void()> parent_ready;
   };
 
   WorkerSupply(Strand strand, Config config, LeaseBroker& leases, Events events);
@@ -63,6 +82,8 @@ class WorkerSupply {
   // Kills the workers that run a program (only the one running `only`, when given); each
   // program is answered with `error`.
   void abort_running(const Error& error, const ExecuteJob* only = nullptr);
+  // How the workers' starts went.
+  [[nodiscard]] const WorkerStarts& starts() const { return starts_; }
 
  private:
   void on_forked(pid_t pid, UniqueFd channel);
@@ -70,6 +91,11 @@ class WorkerSupply {
   void on_zygote_failed(const std::string& message);
   void restart_zygote();
   void on_gone(const WorkerPtr& worker);
+  void on_alive(const WorkerPtr& worker);
+  void on_started(const WorkerPtr& worker);
+  void on_start_failed(std::size_t group, pid_t pid, const std::string& why, bool timed_out);
+  void announce();
+  void wake_at(WorkerStarts::Clock::time_point at);
 
   Strand strand_;
   Config config_;
@@ -77,7 +103,14 @@ class WorkerSupply {
   Events events_;
   std::unique_ptr<ZygoteHandle> zygote_;
   boost::asio::steady_timer restart_timer_;
-  bool zygote_ready_ = false;
+  boost::asio::steady_timer fork_timer_;  // the end of a back-off: top_up again
+  std::optional<WorkerStarts::Clock::time_point> fork_timer_at_;
+  WorkerStarts starts_;
+  std::map<std::string, std::string> versions_;  // the zygote's, until the trial passes
+  bool zygote_started_ = false;  // a zygote was ready once
+  bool zygote_ready_ = false;    // the zygote now running is (none forks before)
+  enum class Announced { not_yet, ready, failed } announced_ = Announced::not_yet;
+  std::size_t restarts_in_row_ = 0;  // zygote restarts with no worker ready since
   bool stopping_ = false;
   std::map<pid_t, WorkerPtr> workers_;     // every live worker we know of
   std::deque<std::size_t> pending_forks_;  // the group of each fork asked for, in order

@@ -291,6 +291,9 @@ Result<ProgramCgroup> ProgramCgroups::make(const std::string& name) const {
     const std::string& directory = made.at(directories_.at(controller));
     Status written;
     if (controller == "memory" && limits_.memory_bytes > 0) {
+      // The group is new and empty, so no usage to hold the limit against here; what a
+      // worker holds when it starts is checked against its per-process limit instead
+      // (check_memory_limit in sandbox.cpp, which says why that is the one to check).
       std::string bytes = std::to_string(limits_.memory_bytes);
       group.memory_directory_ = directory;
       if (v1) {

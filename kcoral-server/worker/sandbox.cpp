@@ -62,6 +62,11 @@ constexpr const char* kSysPaths[] = {"/sys/devices/system/cpu", "/sys/devices/sy
 constexpr std::uint64_t kScratchBytesPerInode = 16384;
 constexpr const char* kDevices[] = {"null", "zero", "full", "random", "urandom"};
 constexpr auto kAdmitTimeout = std::chrono::seconds(10);
+// What a worker needs beyond what it holds when its memory limit is set: the courier's
+// thread, the interpreter's allocations for a first small program (measured: 10-13 MiB
+// on a CPU server), and room for a program to do anything at all. A limit that leaves
+// less is a mistake to say at start, not a worker that dies later.
+constexpr std::uint64_t kMemoryMarginBytes = std::uint64_t{64} << 20;
 
 std::unexpected<Error> system_error(const std::string& what) {
   return fail(ErrorKind::engine, what + ": " + std::strerror(errno));
@@ -163,6 +168,41 @@ Status set_limit(int resource, std::uint64_t value, const char* name) {
   rlimit limit{static_cast<rlim_t>(value), static_cast<rlim_t>(value)};
   if (::setrlimit(resource, &limit) != 0) return system_error(std::string("setting the limit on ") + name);
   return {};
+}
+
+// Fails when the per-process memory limit `limit_bytes` (RLIMIT_AS, or RLIMIT_DATA on a GPU
+// server) cannot hold what this process maps already and kMemoryMarginBytes: setrlimit
+// itself takes a limit below the current size, and the worker would then fail its first
+// allocation past it (a thread's stack, the interpreter's next arena) with nothing said.
+// The control group's memory limit needs no such check: it is written into an empty group
+// before the fork, and the pages a worker shares with the zygote stay charged to the
+// zygote's group, so that the group counts only what the worker touches afterwards; a
+// worker that runs out of it before it is ready is killed, and the zygote says so.
+Status check_memory_limit(bool gpu, std::uint64_t limit_bytes) {
+  rlimit current{};
+  int resource = gpu ? RLIMIT_DATA : RLIMIT_AS;
+  bool hard_lower = ::getrlimit(resource, &current) == 0 && current.rlim_max != RLIM_INFINITY &&
+                    current.rlim_max < limit_bytes;
+  std::uint64_t effective = hard_lower ? current.rlim_max : limit_bytes;
+  // In pages: the address space (what RLIMIT_AS counts) first; data and stack (what
+  // RLIMIT_DATA counts, and the stack's few hundred KiB) sixth.
+  std::ifstream statm("/proc/self/statm");
+  std::uint64_t size = 0, resident = 0, shared = 0, text = 0, library = 0, data = 0;
+  if (!(statm >> size >> resident >> shared >> text >> library >> data)) return {};  // unknown: the start shows
+  std::uint64_t held = (gpu ? data : size) * static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
+  std::uint64_t needed = held + kMemoryMarginBytes;
+  if (effective >= needed) return {};
+  auto mib = [](std::uint64_t bytes) { return std::to_string(bytes >> 20) + " MiB"; };
+  std::uint64_t suggested = (needed + (std::uint64_t{1} << 20) - 1) & ~((std::uint64_t{1} << 20) - 1);
+  std::string what = gpu ? "data segment (RLIMIT_DATA, on a GPU server)" : "address space (RLIMIT_AS)";
+  std::string limit = hard_lower ? "the hard limit on the " + what + " that the server was started with is " +
+                                       mib(effective) + " (below --memory-limit-bytes)"
+                                 : "--memory-limit-bytes is " + mib(limit_bytes);
+  return fail(ErrorKind::engine,
+              limit + ", but a worker already holds " + mib(held) + " of " + what +
+                  " when it starts (the interpreter and the modules the worker parent preloads): raise it to at "
+                  "least " + mib(suggested) + " (--memory-limit-bytes " + std::to_string(suggested) +
+                  "), which leaves " + mib(kMemoryMarginBytes) + " for a program");
 }
 
 Status drop_capabilities() {
@@ -628,6 +668,7 @@ Result<std::string> Sandbox::enter(std::vector<int> keep, const std::string& vis
 
   // Limits. CUDA reserves address space far beyond memory, so a GPU worker's memory is
   // bounded by its data segment instead.
+  if (auto s = check_memory_limit(config_.gpu, config_.memory_bytes); !s) return std::unexpected(s.error());
   if (auto s = set_limit(config_.gpu ? RLIMIT_DATA : RLIMIT_AS, config_.memory_bytes, "memory"); !s)
     return std::unexpected(s.error());
   if (auto s = set_limit(RLIMIT_FSIZE, config_.file_size_bytes, "file size"); !s) return std::unexpected(s.error());
