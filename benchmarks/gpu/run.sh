@@ -16,13 +16,17 @@
 #   benchmarks/gpu/run.sh measure    the measurements only
 #   benchmarks/gpu/run.sh small-kernel [N]   benchmark() against raw CUPTI for the 256-float
 #                                    kernel, N processes a side, sandboxed and unsandboxed
+#   benchmarks/gpu/run.sh real-jobs  the user guide's programs, 3 rounds each, on our GPU server
+#                                    and the reference's (kcoral 0.1.1), both with their defaults
+#                                    (benchmarks/gpu/real_jobs.py); needs .gpu-carry/reference
 #   benchmarks/gpu/run.sh            everything (with what earlier calls stashed)
 #
 # Brought along (made by benchmarks/gpu/carry.sh, which says which call carries what):
 # .gpu-carry/debs/*.deb (simdjson, CLI11, nlohmann-json, libseccomp), .gpu-carry/wheels/*.whl
 # (TVM FFI, CuTeDSL, ml_dtypes), .gpu-carry/extra/*.whl (CuTeDSL's CUDA 13 libraries, put
 # together from two calls' pieces), .gpu-carry/part.* (pieces of big.tar: the TVM wheel's
-# contents as tvm.tar.xz), spread over calls.
+# contents as tvm.tar.xz), spread over calls; for real-jobs, .gpu-carry/reference (the
+# reference's wheel, what its server needs beyond this machine's packages, and bubblewrap).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 root=$PWD
@@ -60,6 +64,29 @@ echo "import site; site.addsitedir('$site')" >/tmp/kcoral-sitecustomize/sitecust
 export PYTHONPATH=/tmp/kcoral-sitecustomize:$root/bindings
 export LD_LIBRARY_PATH=$deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
 export PATH=/usr/local/cuda/bin:$PATH
+if [[ ${1:-} == real-jobs ]]; then
+  # The reference (kcoral 0.1.1) goes apart from ours, whose kcoral package it would shadow.
+  # Its GPU server starts now, so that its workers get ready while ours is built.
+  refwheels=.gpu-carry/reference
+  [[ -d $refwheels ]] || refwheels=$stash/reference   # stashed by an earlier call
+  refsite=/tmp/kcoral-ref-site refdeps=/tmp/kcoral-ref-deps refcustom=/tmp/kcoral-ref-sitecustomize
+  rm -rf "$refsite" && mkdir -p "$refsite" "$refdeps" "$refcustom" /tmp/kcoral-ref-run
+  "$python" -m pip install -q --no-index --no-deps --no-compile --target "$refsite" "$refwheels"/*.whl || exit 1
+  for deb in "$refwheels"/*.deb; do dpkg -x "$deb" "$refdeps"; done   # bubblewrap
+  echo "import site; site.addsitedir('$refsite'); site.addsitedir('$site')" >"$refcustom/sitecustomize.py"
+  refport=$("$python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  reference=http://127.0.0.1:$refport
+  start_reference() {  # sandbox: bubblewrap (its default) or none
+    local flags=(--sandbox "$1")
+    # Its sandboxed workers see its own package; our unpacked wheels are shown to them too.
+    [[ $1 == bubblewrap ]] && flags+=(--sandbox-readonly-path "$refcustom" --sandbox-readonly-path "$site")
+    (cd /tmp/kcoral-ref-run && PATH=$refdeps/usr/bin:$PATH PYTHONPATH=$refsite:$refcustom \
+      exec "$python" -m kcoral server --device gpu --gpus 0 --port "$refport" --log-dir "$out/reference-events" \
+      "${flags[@]}") >>"$out/server-reference.log" 2>&1 &
+    refpid=$! refsandbox=$1
+  }
+  start_reference bubblewrap
+fi
 
 log "building"
 cmake -S . -B build/gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DPython_EXECUTABLE=$python \
@@ -72,6 +99,44 @@ nvcc -O3 -std=c++17 -arch=sm_90a benchmarks/gpu/raw_cupti.cu -o build/gpu/raw_cu
 # The package whole, as pip install lays it out: a tool's own Python (kcoral run python)
 # imports kcoral._native from it, while workers have it built in.
 cp build/gpu/bindings/_native*.so bindings/kcoral/
+if [[ ${1:-} == real-jobs ]]; then
+  log "real jobs: our GPU server and the reference's, each with its defaults"
+  build/gpu/kcoral-server/kcoral-server --port 0 --python $python --work-root /tmp/kcoral-work-ours \
+    --program-env "PYTHONPATH=$PYTHONPATH" --device gpu >"$out/server-ours.log" 2>&1 &
+  ourpid=$!
+  for _ in $(seq 1 600); do grep -qE "listening on|did not start" "$out/server-ours.log" && break; sleep 0.1; done
+  ours=$(grep -o "http://[0-9.]*:[0-9]*" "$out/server-ours.log" | head -n 1)
+  [[ -n $ours ]] || tail -20 "$out/server-ours.log"
+  ready() { "$python" -c "import sys, httpx; sys.exit(httpx.get(sys.argv[1] + '/health').status_code != 200)" "$1" 2>/dev/null; }
+  for _ in $(seq 1 200); do  # its workers import torch, TVM and CuTeDSL and make their contexts first
+    ready "$reference" && break
+    if ! kill -0 "$refpid" 2>/dev/null; then
+      [[ $refsandbox == bubblewrap ]] || break
+      echo "the reference's server did not start with bubblewrap; again with --sandbox none:"
+      tail -5 "$out/server-reference.log"
+      start_reference none
+    fi
+    sleep 0.5
+  done
+  ready "$reference" || { echo "the reference's server is not ready:"; tail -30 "$out/server-reference.log"; reference=; }
+  {
+    echo "# Real jobs, $(date -u +%Y-%m-%dT%H:%MZ)"
+    echo
+    nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | sed 's/^/GPU: /'
+    echo "ours: $(grep -h "listening on" "$out/server-ours.log")"
+    echo "reference: kcoral 0.1.1, --sandbox $refsandbox, $reference"
+    echo
+  } >"$result/real-jobs.md"
+  real_args=()
+  [[ -n $ours ]] && real_args+=(--ours "$ours")
+  [[ -n $reference ]] && real_args+=(--reference "$reference")
+  PYTHONUNBUFFERED=1 timeout 420 "$python" benchmarks/gpu/real_jobs.py "${real_args[@]}" \
+    --json "$result/real-jobs.json" 2>&1 | tee -a "$result/real-jobs.md"
+  kill -TERM "$ourpid" "$refpid" 2>/dev/null
+  sleep 3
+  tar -C /tmp -czf "$result/logs.tar.gz" kcoral-logs
+  exit 0
+fi
 log "C++ units"
 KCORAL_PYTHON=$python ctest --test-dir build/gpu --output-on-failure 2>&1 | tail -30
 if [[ ${1:-} == build ]]; then
