@@ -1,6 +1,6 @@
 """Kernel authors' real programs, sent several times in a row to our server and the reference's.
 
-    python benchmarks/gpu/real_jobs.py [--ours URL] [--reference URL] [--rounds 3]
+    python benchmarks/gpu/real_jobs.py [--ours URL] [--variant NAME=URL ...] [--reference URL] [--rounds 3]
                                        [--programs guide-tirx,tirx,cutedsl,cuda,triton,library]
                                        [--json PATH]
 
@@ -362,21 +362,26 @@ def table(job: Job, rows: list[dict[str, dict[str, Any]]], servers: list[str]) -
 
 
 def summary(rows: list[dict[str, dict[str, Any]]], servers: list[str]) -> str:
-    if servers != ["ours", "reference"]:
+    """Ours against each other server, in the first and the last round."""
+    others = [server for server in servers if server != "ours"]
+    if "ours" not in servers or not others:
         return "summary: one server only, nothing to compare"
-    parts = []
+    lines = []
     ends = [("round 1", rows[0])] + ([(f"round {len(rows)}", rows[-1])] if len(rows) > 1 else [])
-    for label, row in ends:
-        ours, reference = row["ours"], row["reference"]
-        if ours["status"] != "COMPLETED" or reference["status"] != "COMPLETED":
-            parts.append(f"{label}: ours {ours['status']}, reference {reference['status']}")
-            continue
-        figures = []
-        for name, key in (("wall", "wall_ms"), ("elapsed", "elapsed_ms"), ("lease", "lease_held_ms")):
-            ratio = f" ({ours[key] / reference[key]:.2f}x)" if reference[key] > 0 else ""
-            figures.append(f"{name} {ours[key]:.0f} vs {reference[key]:.0f} ms{ratio}")
-        parts.append(f"{label}: " + ", ".join(figures))
-    return "summary, ours vs reference: " + "; ".join(parts)
+    for other in others:
+        parts = []
+        for label, row in ends:
+            ours, theirs = row["ours"], row[other]
+            if ours["status"] != "COMPLETED" or theirs["status"] != "COMPLETED":
+                parts.append(f"{label}: ours {ours['status']}, {other} {theirs['status']}")
+                continue
+            figures = []
+            for name, key in (("wall", "wall_ms"), ("elapsed", "elapsed_ms"), ("lease", "lease_held_ms")):
+                ratio = f" ({ours[key] / theirs[key]:.2f}x)" if theirs[key] else ""
+                figures.append(f"{name} {ours[key]:.0f} vs {theirs[key]:.0f} ms{ratio}")
+            parts.append(f"{label}: " + ", ".join(figures))
+        lines.append(f"summary, ours vs {other}: " + "; ".join(parts))
+    return "\n".join(lines)
 
 
 def describe(client: Client) -> dict[str, Any]:
@@ -403,9 +408,15 @@ def main() -> None:
     parser.add_argument("--library-arch", metavar="ARCH",
                         help="build the library for ARCH instead of the server's target (to try "
                              "the library program against a CPU server, which reports none)")
+    parser.add_argument("--variant", metavar="NAME=URL", action="append", default=[],
+                        help="another of our servers (another build, other flags), measured "
+                             "between ours and the reference (repeatable)")
     parser.add_argument("--json", metavar="PATH", help="write every cell here")
     args = parser.parse_args()
-    urls = {name: url for name, url in (("ours", args.ours), ("reference", args.reference)) if url}
+    variants = [variant.split("=", 1) for variant in args.variant]
+    if any(len(variant) != 2 or variant[0] in ("ours", "reference") for variant in variants):
+        parser.error("--variant takes NAME=URL, NAME neither ours nor reference")
+    urls = {name: url for name, url in (("ours", args.ours), *variants, ("reference", args.reference)) if url}
     if not urls:
         parser.error("give --ours, --reference or both")
     if args.rounds < 1:

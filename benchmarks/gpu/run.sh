@@ -17,8 +17,10 @@
 #   benchmarks/gpu/run.sh small-kernel [N]   benchmark() against raw CUPTI for the 256-float
 #                                    kernel, N processes a side, sandboxed and unsandboxed
 #   benchmarks/gpu/run.sh real-jobs  the user guide's programs, 3 rounds each, on our GPU server
-#                                    and the reference's (kcoral 0.1.1), both with their defaults
-#                                    (benchmarks/gpu/real_jobs.py); needs .gpu-carry/reference
+#                                    and the reference's (kcoral 0.1.1), both with their defaults,
+#                                    and on ours without compile caches, and without those and
+#                                    the preloads (benchmarks/gpu/real_jobs.py); needs
+#                                    .gpu-carry/reference; REAL_JOBS_ARGS adds to its flags
 #   benchmarks/gpu/run.sh            everything (with what earlier calls stashed)
 #
 # Brought along (made by benchmarks/gpu/carry.sh, which says which call carries what):
@@ -100,13 +102,26 @@ nvcc -O3 -std=c++17 -arch=sm_90a benchmarks/gpu/raw_cupti.cu -o build/gpu/raw_cu
 # imports kcoral._native from it, while workers have it built in.
 cp build/gpu/bindings/_native*.so bindings/kcoral/
 if [[ ${1:-} == real-jobs ]]; then
-  log "real jobs: our GPU server and the reference's, each with its defaults"
-  build/gpu/kcoral-server/kcoral-server --port 0 --python $python --work-root /tmp/kcoral-work-ours \
-    --program-env "PYTHONPATH=$PYTHONPATH" --device gpu >"$out/server-ours.log" 2>&1 &
-  ourpid=$!
-  for _ in $(seq 1 600); do grep -qE "listening on|did not start" "$out/server-ours.log" && break; sleep 0.1; done
-  ours=$(grep -o "http://[0-9.]*:[0-9]*" "$out/server-ours.log" | head -n 1)
+  log "real jobs: our GPU server and the reference's, each with its defaults; ours as it was too"
+  # ours: the defaults. no-cache: without the tenant's compile cache. before: that, and
+  # the worker parent preloading only numpy and torch, as before the real jobs' work.
+  ourpids=()
+  start_ours() {  # name, flags...
+    local name=$1; shift
+    build/gpu/kcoral-server/kcoral-server --port 0 --python $python --work-root /tmp/kcoral-work-$name \
+      --program-env "PYTHONPATH=$PYTHONPATH" --device gpu "$@" >"$out/server-$name.log" 2>&1 &
+    ourpids+=($!)
+  }
+  start_ours ours
+  start_ours no-cache --compile-cache-bytes 0
+  start_ours before --compile-cache-bytes 0 --preload numpy,torch
+  url_of() {
+    for _ in $(seq 1 900); do grep -qE "listening on|did not start" "$out/server-$1.log" && break; sleep 0.1; done
+    grep -o "http://[0-9.]*:[0-9]*" "$out/server-$1.log" | head -n 1
+  }
+  ours=$(url_of ours) nocache=$(url_of no-cache) before=$(url_of before)
   [[ -n $ours ]] || tail -20 "$out/server-ours.log"
+  grep -h "compile caches\|preloaded" "$out/server-ours.log"
   ready() { "$python" -c "import sys, httpx; sys.exit(httpx.get(sys.argv[1] + '/health').status_code != 200)" "$1" 2>/dev/null; }
   for _ in $(seq 1 200); do  # its workers import torch, TVM and CuTeDSL and make their contexts first
     ready "$reference" && break
@@ -129,10 +144,12 @@ if [[ ${1:-} == real-jobs ]]; then
   } >"$result/real-jobs.md"
   real_args=()
   [[ -n $ours ]] && real_args+=(--ours "$ours")
+  [[ -n $nocache ]] && real_args+=(--variant "no-cache=$nocache")
+  [[ -n $before ]] && real_args+=(--variant "before=$before")
   [[ -n $reference ]] && real_args+=(--reference "$reference")
-  PYTHONUNBUFFERED=1 timeout 420 "$python" benchmarks/gpu/real_jobs.py "${real_args[@]}" \
-    --json "$result/real-jobs.json" 2>&1 | tee -a "$result/real-jobs.md"
-  kill -TERM "$ourpid" "$refpid" 2>/dev/null
+  PYTHONUNBUFFERED=1 timeout ${REAL_JOBS_TIMEOUT:-480} "$python" benchmarks/gpu/real_jobs.py "${real_args[@]}" \
+    --json "$result/real-jobs.json" ${REAL_JOBS_ARGS:-} 2>&1 | tee -a "$result/real-jobs.md"
+  kill -TERM "${ourpids[@]}" "$refpid" 2>/dev/null
   sleep 3
   tar -C /tmp -czf "$result/logs.tar.gz" kcoral-logs
   exit 0

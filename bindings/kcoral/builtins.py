@@ -8,9 +8,12 @@ worker environment; where it is missing they fail their instruction with the err
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
+import uuid
 from collections import OrderedDict
+from pathlib import Path
 from typing import Any
 
 __all__ = ["CompileFailed", "ParseFailed", "Unavailable", "benchmark", "compile_tirx"]
@@ -110,8 +113,11 @@ def compile_tirx(kernel: Any, bindings: dict[str, Any] | None = None) -> Any:
     """Specialize a TIRx ``@T.jit`` kernel with ``bindings`` (its ``T.constexpr`` values), or
     take a ``PrimFunc`` as it is, and compile it for CUDA.
 
-    Executables are cached by structural hash, at most 32 per process. Compiling may call
-    CUDA, so run it with GPU access (not in a ``cpu_only`` function).
+    Executables are cached by structural hash, at most 32 per process, and on a server with
+    compile caches also in the tenant's cache (``$KCORAL_COMPILE_CACHE/tirx``, a shared
+    library per kernel, TVM version and target), so that a later program of the same
+    tenant loads what an earlier one compiled. Compiling may call CUDA, so run it with GPU
+    access (not in a ``cpu_only`` function).
     """
     try:
         import tvm
@@ -141,13 +147,51 @@ def compile_tirx(kernel: Any, bindings: dict[str, Any] | None = None) -> Any:
     if key in _COMPILED:
         _COMPILED.move_to_end(key)
         return _COMPILED[key]
-    try:
-        executable = tvm.compile(
-            tvm.IRModule({"main": function}), target=tvm.target.Target("cuda"), tir_pipeline="tirx"
-        )
-    except (tvm.error.InternalError, RuntimeError) as error:  # lowering, or nvcc/NVRTC
-        raise CompileFailed(str(error)) from error
+    target = tvm.target.Target("cuda")
+    stored = _stored_path(tvm, key, target)
+    executable = _load_stored(tvm, stored)
+    if executable is None:
+        try:
+            executable = tvm.compile(tvm.IRModule({"main": function}), target=target, tir_pipeline="tirx")
+        except (tvm.error.InternalError, RuntimeError) as error:  # lowering, or nvcc/NVRTC
+            raise CompileFailed(str(error)) from error
+        _store(executable, stored)
     _COMPILED[key] = executable
     if len(_COMPILED) > _COMPILED_LIMIT:
         _COMPILED.popitem(last=False)
     return executable
+
+
+def _stored_path(tvm: Any, key: int, target: Any) -> Path | None:
+    """Where the tenant's compile cache keeps this kernel's library, if there is a cache."""
+    root = os.environ.get("KCORAL_COMPILE_CACHE")
+    if not root:
+        return None
+    version = hashlib.sha256(f"{tvm.__version__} {target}".encode()).hexdigest()[:16]
+    return Path(root) / "tirx" / f"{key & 0xFFFF_FFFF_FFFF_FFFF:016x}-{version}.so"
+
+
+def _load_stored(tvm: Any, path: Path | None) -> Any:
+    """The executable an earlier program stored at ``path``, or None (absent, or unusable:
+    then it is compiled and stored again)."""
+    if path is None or not path.is_file():
+        return None
+    try:
+        return tvm.runtime.Executable(tvm.runtime.load_module(str(path)))
+    except Exception:  # noqa: BLE001 - a damaged or foreign file is a miss, never a failure
+        return None
+
+
+def _store(executable: Any, path: Path | None) -> None:
+    """Exports ``executable`` to ``path`` as a shared library: written beside it, then
+    renamed, so that a concurrent program loads the whole file or none. Best effort: the
+    program's own result never depends on it."""
+    if path is None:
+        return
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex}.so")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        executable.export_library(str(temporary))
+        os.replace(temporary, path)
+    except Exception:  # noqa: BLE001 - no compiler, a full cache: the kernel stays uncached
+        temporary.unlink(missing_ok=True)

@@ -219,7 +219,7 @@ std::string_view name_of(const Message& message) { return kNames[message.index()
 
 std::size_t descriptor_count(const Message& message) {
   if (const auto* blobs = std::get_if<Blobs>(&message)) return static_cast<std::size_t>(blobs->file_count);
-  if (std::holds_alternative<Forked>(message)) return 1;
+  if (std::holds_alternative<Forked>(message)) return 2;
   if (const auto* result = std::get_if<Result>(&message)) return result->part_sizes.empty() ? 0 : 1;
   return 0;
 }

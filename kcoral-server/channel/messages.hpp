@@ -37,7 +37,9 @@ struct Fork {
 struct ZygoteReady {
   std::map<std::string, std::string> versions;
 };
-// zygote -> front: a worker was forked. Descriptor: the front's end of its channel.
+// zygote -> front: a worker was forked. Descriptors: the front's end of its channel, and a
+// pidfd of the worker (opened by its parent before it could be reaped, so it names that
+// process and no other that may get its pid later).
 struct Forked {
   std::int64_t pid = 0;
 };

@@ -40,9 +40,8 @@ class FairQueue {
     return true;
   }
 
-  // The next item by fairness (see above), counted as running for its tenant; nullopt
-  // when none waits.
-  [[nodiscard]] std::optional<T> pop() {
+  // The tenant whose item pop() would return; nullopt when none waits.
+  [[nodiscard]] std::optional<std::size_t> next_tenant() const {
     std::optional<std::size_t> chosen;
     for (std::size_t i = 0; i < tenants_.size(); ++i) {
       const Tenant& candidate = tenants_[i];
@@ -51,6 +50,13 @@ class FairQueue {
           (candidate.running == tenants_[*chosen].running && candidate.served < tenants_[*chosen].served))
         chosen = i;
     }
+    return chosen;
+  }
+
+  // The next item by fairness (see above), counted as running for its tenant; nullopt
+  // when none waits.
+  [[nodiscard]] std::optional<T> pop() {
+    std::optional<std::size_t> chosen = next_tenant();
     if (!chosen) return std::nullopt;
     Tenant& tenant = tenants_[*chosen];
     T item = std::move(tenant.waiting.front());

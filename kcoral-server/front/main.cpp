@@ -229,6 +229,12 @@ int main(int argc, char** argv) {
                    "Private writable space of one program (memory-backed): its working directory, /tmp, "
                    "/var/tmp, /dev/shm and HOME together, with an inode per 16 KiB of it; gone when the program ends")
       ->capture_default_str();
+  sandbox
+      ->add_option("--compile-cache-bytes", config.compile_cache_bytes,
+                   "Each tenant's compile cache (memory-backed, for the server's life; 0: none): what Triton, TVM FFI, "
+                   "CuTeDSL, compile_tirx, torch and the CUDA driver compile for one of its programs, the next ones "
+                   "find; never another tenant's. Least recently used entries go once it is three quarters full")
+      ->capture_default_str();
   // Never root: what only root may read stays unreadable to programs.
   std::string uid_range = std::to_string(config.sandbox_first_uid) + "-" + std::to_string(config.sandbox_last_uid);
   sandbox

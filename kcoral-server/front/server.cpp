@@ -36,6 +36,7 @@ std::vector<std::string> sandbox_args(const ServerConfig& config) {
                                 "--process-limit", std::to_string(config.process_limit),
                                 "--open-files-limit", std::to_string(config.open_files_limit),
                                 "--scratch-bytes", std::to_string(config.scratch_bytes),
+                                "--compile-cache-bytes", std::to_string(config.compile_cache_bytes),
                                 "--sandbox-uid-range",
                                 std::to_string(config.sandbox_first_uid) + "-" + std::to_string(config.sandbox_last_uid)};
   for (const std::string& path : config.readable_paths) {
@@ -207,6 +208,24 @@ int run_server(ServerConfig config) {
     else
       std::fprintf(stderr, "kcoral-server: a worker started again; programs run\n");
   };
+  // Compile caches: in a sandbox, where this host can mount them.
+  std::unique_ptr<CompileCaches> compile_caches;
+  std::string compile_caches_line = "compile caches: none (--compile-cache-bytes 0)";
+  if (config.sandbox == "none") {
+    compile_caches_line = "compile caches: none (--sandbox none: programs use the server user's own)";
+  } else if (config.compile_cache_bytes > 0) {
+    auto opened = CompileCaches::open({config.work_root + "/compile-cache", config.compile_cache_bytes});
+    if (opened) {
+      compile_caches = std::move(*opened);
+      pool_config.compile_caches = compile_caches.get();
+      compile_caches_line = "compile caches: " + std::to_string(config.compile_cache_bytes >> 20) +
+                            " MiB per tenant, in memory for the server's life (Triton, TVM FFI, CuTeDSL, compile_tirx, "
+                            "torch, the CUDA driver's JIT)";
+    } else {
+      compile_caches_line = "compile caches: none, this host cannot have them: " + opened.error().message +
+                            "; each program compiles anew";
+    }
+  }
   WorkerPool pool(io, pool_config);
   ServerState state{config, blobs, pool, metrics, new_request_id(), now_rfc3339(),
                     config.device == "gpu" ? pool_config.groups.size() : 0, target_arch, std::move(tenants)};
@@ -278,6 +297,7 @@ int run_server(ServerConfig config) {
   }
   listener->run();
   std::fprintf(stderr, "kcoral-server: %s\n", sandbox_summary(config).c_str());
+  std::fprintf(stderr, "kcoral-server: %s\n", compile_caches_line.c_str());
   if (config.programs_per_worker > 1)
     std::fprintf(stderr,
                  "kcoral-server: --programs-per-worker %zu: programs share a worker and its sandbox, so one "

@@ -78,6 +78,8 @@ struct ServerConfig {
   std::uint64_t process_limit = 256;     // of a program: its control group, and its user's RLIMIT_NPROC
   std::uint64_t open_files_limit = 1024;  // of each process: 262,144 descriptors a program at most
   std::uint64_t scratch_bytes = 2ull << 30;
+  // Each tenant's compile cache (kcoral-server/front/compile_caches.hpp), in memory; 0: none.
+  std::uint64_t compile_cache_bytes = 1ull << 30;
   // The outside users of workers (uid and gid alike, one per live worker) when the server
   // runs as root; see kcoral-server/worker/user_id_pool.hpp.
   std::uint32_t sandbox_first_uid = 1879048192;

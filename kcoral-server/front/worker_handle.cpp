@@ -4,8 +4,11 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <numeric>
 #include <vector>
@@ -60,9 +63,10 @@ Status send_job(const Channel& channel, const ExecuteJob& job) {
 }  // namespace
 
 WorkerHandle::WorkerHandle(Strand strand, pid_t pid, std::size_t group, UniqueFd channel, LeaseBroker& leases,
-                           Events events, Limits limits)
+                           Events events, Limits limits, UniqueFd pidfd)
     : strand_(strand),
       pid_(pid),
+      pidfd_(std::move(pidfd)),
       group_(group),
       channel_(std::move(channel), limits.max_message_bytes),
       readable_(strand),
@@ -454,9 +458,11 @@ void WorkerHandle::let_go() {
 
 void WorkerHandle::kill_tree() const {
   // The child leads its own process group (and, sandboxed, its own PID namespace, which
-  // dies with it).
+  // dies with it). Once the zygote has reaped it, its pid and group may name others: the
+  // pidfd says so (ESRCH), and nothing is signalled.
+  if (pidfd_ && ::syscall(SYS_pidfd_send_signal, pidfd_.get(), SIGKILL, nullptr, 0) != 0 && errno == ESRCH) return;
   ::kill(-pid_, SIGKILL);
-  ::kill(pid_, SIGKILL);
+  if (!pidfd_) ::kill(pid_, SIGKILL);
 }
 
 // -- the deadlines --------------------------------------------------------------------------

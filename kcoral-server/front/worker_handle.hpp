@@ -81,8 +81,10 @@ class WorkerHandle : public std::enable_shared_from_this<WorkerHandle> {
     std::chrono::steady_clock::duration start_timeout = std::chrono::seconds(60);
   };
 
+  // `pidfd`, when valid, names the process (pidfd_open by its parent): signals go through it,
+  // and its process group is signalled only while it has not been reaped.
   WorkerHandle(Strand strand, pid_t pid, std::size_t group, UniqueFd channel, LeaseBroker& leases, Events events,
-               Limits limits);
+               Limits limits, UniqueFd pidfd = UniqueFd());
   WorkerHandle(const WorkerHandle&) = delete;
   WorkerHandle& operator=(const WorkerHandle&) = delete;
 
@@ -101,6 +103,11 @@ class WorkerHandle : public std::enable_shared_from_this<WorkerHandle> {
   void abort(const Error& error);
 
   [[nodiscard]] pid_t pid() const { return pid_; }
+  [[nodiscard]] int pidfd() const { return pidfd_.get(); }
+  // The tenant whose programs alone it may run, from its first program on (its compile
+  // cache, and what a program leaves in a reused worker, are that tenant's).
+  [[nodiscard]] std::optional<std::size_t> tenant() const { return tenant_; }
+  void bind(std::size_t tenant) { tenant_ = tenant; }
   [[nodiscard]] std::size_t group() const { return group_; }
   [[nodiscard]] State state() const { return state_; }
   [[nodiscard]] const std::shared_ptr<ExecuteJob>& job() const { return job_; }
@@ -136,6 +143,8 @@ class WorkerHandle : public std::enable_shared_from_this<WorkerHandle> {
 
   Strand strand_;
   pid_t pid_;
+  UniqueFd pidfd_;
+  std::optional<std::size_t> tenant_;
   std::size_t group_;
   Channel channel_;
   boost::asio::posix::stream_descriptor readable_;

@@ -2,6 +2,7 @@
 #include "worker_pool.hpp"
 
 #include <boost/asio/post.hpp>
+#include <cstdio>
 #include <numeric>
 
 namespace kcoral {
@@ -144,26 +145,67 @@ std::map<std::string, std::string> WorkerPool::versions() const {
 
 void WorkerPool::dispatch() {
   // Prepared workers outnumber the running ones (the next is forked while a program
-  // runs); at most workers_per_group of a group run at once.
+  // runs); at most workers_per_group of a group run at once. A worker runs the programs
+  // of one tenant only, that of its first: one of that tenant's if there is one, else a
+  // fresh one; a reused worker of another tenant is retired to make room for a fresh one.
   while (!queue_.empty() && !draining_) {
-    auto free = std::find_if(idle_.begin(), idle_.end(), [&](const WorkerPtr& worker) {
-      return running_[worker->group()] < config_.workers_per_group;
-    });
-    if (free == idle_.end()) break;
+    std::size_t tenant = *queue_.next_tenant();  // its turn (FairQueue)
+    auto fits = [&](const WorkerPtr& worker) { return running_[worker->group()] < config_.workers_per_group; };
+    auto free = std::find_if(idle_.begin(), idle_.end(),
+                             [&](const WorkerPtr& worker) { return fits(worker) && worker->tenant() == tenant; });
+    if (free == idle_.end())
+      free = std::find_if(idle_.begin(), idle_.end(), [&](const WorkerPtr& w) { return fits(w) && !w->tenant(); });
+    if (free == idle_.end()) {
+      auto other = std::find_if(idle_.begin(), idle_.end(), fits);
+      if (other != idle_.end()) {
+        WorkerPtr retired = *other;
+        idle_.erase(other);
+        retired->discard();  // gone: the supply forks a fresh one
+      }
+      break;
+    }
     WorkerPtr worker = *free;
     idle_.erase(free);
-    Queued queued = *queue_.pop();  // its tenant's turn (FairQueue)
+    Queued queued = *queue_.pop();
     queued.timer->cancel();
-    if (!worker->run(queued.job)) {
-      (void)enqueue(std::move(queued.job), /*put_back=*/true);  // that worker died; the next one takes it
-      continue;
-    }
-    ++running_[worker->group()];
+    run_on(worker, std::move(queued.job));
   }
   // No worker can start: what no idle one took would wait for nothing.
   if (!queue_.empty() && !draining_ && supply_.starts().failing()) refuse_queued(supply_.starts().failing_message());
   publish_load();
   supply_.top_up();
+}
+
+// Runs `job` on `worker`, once the tenant's compile cache is mounted in a worker that has
+// not run a program before (a failure to mount is said, and the program runs with the
+// stand-in in its scratch space).
+void WorkerPool::run_on(const WorkerPtr& worker, std::shared_ptr<ExecuteJob> job) {
+  ++running_[worker->group()];
+  bool first = !worker->tenant();
+  worker->bind(job->tenant);
+  if (!first || config_.compile_caches == nullptr) {
+    (void)hand_over(worker, std::move(job));
+    return;
+  }
+  std::size_t tenant = job->tenant;
+  config_.compile_caches->attach(worker->pidfd(), worker->pid(), tenant,
+                                 [this, strand = strand_, worker, job = std::move(job)](Status attached) mutable {
+                                   // Run only while the pool's strand runs (the pool lives as long).
+                                   boost::asio::post(strand, [this, worker, job = std::move(job), attached]() mutable {
+                                     if (!attached && worker->state() != WorkerHandle::State::gone)
+                                       std::fprintf(stderr, "kcoral-server: a program runs without its compile cache: %s\n",
+                                                    attached.error().message.c_str());
+                                     if (!hand_over(worker, std::move(job))) dispatch();
+                                   });
+                                 });
+}
+
+// False when the worker died before it took the job, which is queued again first.
+bool WorkerPool::hand_over(const WorkerPtr& worker, std::shared_ptr<ExecuteJob> job) {
+  if (worker->run(job)) return true;
+  --running_[worker->group()];
+  (void)enqueue(std::move(job), /*put_back=*/true);  // that worker died; the next one takes it
+  return false;
 }
 
 void WorkerPool::refuse_queued(const std::string& why) {
@@ -190,6 +232,7 @@ void WorkerPool::on_start_ended(const WorkerSupply::StartEnd& end) {
 void WorkerPool::on_finished(const WorkerPtr& worker, std::shared_ptr<ExecuteJob> job, JobOutcome outcome) {
   --running_[worker->group()];
   queue_.finished(job->tenant);
+  if (config_.compile_caches != nullptr) config_.compile_caches->trim(job->tenant);
   publish_load();
   answer(std::move(job), std::move(outcome));
   if (draining_) return check_drained();

@@ -31,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "compile_caches.hpp"
 #include "execute_job.hpp"
 #include "fair_queue.hpp"
 #include "lease_broker.hpp"
@@ -60,6 +61,9 @@ class WorkerPool {
     std::function<void(const WorkerSupply::StartEnd&, std::size_t failures_in_row)> start_failed;
     std::function<void(bool failing, const std::string& why)> failing_changed;
     std::size_t max_message_bytes = std::size_t{1} << 30;  // a worker's largest frame
+    // Each tenant's compile cache, mounted into a worker before its first program and
+    // trimmed after each program; null: none. Outlives the pool.
+    CompileCaches* compile_caches = nullptr;
     ZygoteConfig zygote;
   };
   struct Load {
@@ -112,6 +116,8 @@ class WorkerPool {
   void on_gone(const WorkerPtr& worker);
   void on_start_ended(const WorkerSupply::StartEnd& end);
   void refuse_queued(const std::string& why);
+  void run_on(const WorkerPtr& worker, std::shared_ptr<ExecuteJob> job);
+  [[nodiscard]] bool hand_over(const WorkerPtr& worker, std::shared_ptr<ExecuteJob> job);
   void answer(std::shared_ptr<ExecuteJob> job, JobOutcome outcome);
   void publish_load();
   void check_drained();

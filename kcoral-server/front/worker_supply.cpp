@@ -27,7 +27,9 @@ Status WorkerSupply::start() {
                                 if (first && events_.parent_ready) events_.parent_ready();
                                 top_up();
                               },
-                              [this](pid_t pid, UniqueFd channel) { on_forked(pid, std::move(channel)); },
+                              [this](pid_t pid, UniqueFd channel, UniqueFd pidfd) {
+                                on_forked(pid, std::move(channel), std::move(pidfd));
+                              },
                               [this](pid_t pid, std::string how, std::optional<std::string> failure) {
                                 on_exited(pid, how, failure);
                               },
@@ -79,7 +81,7 @@ void WorkerSupply::wake_at(WorkerStarts::Clock::time_point at) {
   });
 }
 
-void WorkerSupply::on_forked(pid_t pid, UniqueFd channel) {
+void WorkerSupply::on_forked(pid_t pid, UniqueFd channel, UniqueFd pidfd) {
   std::size_t group = 0;
   if (!pending_forks_.empty()) {
     group = pending_forks_.front();  // the zygote answers fork requests in order
@@ -97,7 +99,7 @@ void WorkerSupply::on_forked(pid_t pid, UniqueFd channel) {
         on_start_failed(worker->group(), worker->pid(), why, timed_out);
       }};
   auto worker = std::make_shared<WorkerHandle>(strand_, pid, group, std::move(channel), leases_, std::move(events),
-                                               config_.limits);
+                                               config_.limits, std::move(pidfd));
   workers_[pid] = worker;
   worker->start();
 }

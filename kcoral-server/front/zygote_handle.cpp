@@ -172,7 +172,7 @@ void ZygoteHandle::handle(wire::Received received) {
     pid_t parent = forked->pid > 1 && forked->pid == pid ? parent_of(pid) : 0;
     if (parent != -1 && parent != pid_)
       return lost("the worker parent named pid " + std::to_string(forked->pid) + ", not a child of its own");
-    callbacks_.on_forked(pid, std::move(received.fds.front()));
+    callbacks_.on_forked(pid, std::move(received.fds[0]), std::move(received.fds[1]));
   } else if (auto* exited = std::get_if<wire::Exited>(&received.message)) {
     std::string how = exited->signal ? "killed by signal " + std::to_string(*exited->signal)
                                      : "exit code " + std::to_string(exited->exit_code.value_or(0));

@@ -60,7 +60,7 @@ class ZygoteHandle {
   using Strand = boost::asio::strand<boost::asio::io_context::executor_type>;
   struct Callbacks {
     std::function<void(std::map<std::string, std::string> versions)> on_ready;
-    std::function<void(pid_t pid, UniqueFd channel)> on_forked;
+    std::function<void(pid_t pid, UniqueFd channel, UniqueFd pidfd)> on_forked;
     // `failure`: why the program it ran failed, when the zygote knows (out of memory).
     std::function<void(pid_t pid, std::string how, std::optional<std::string> failure)> on_exited;
     std::function<void(std::string message)> on_failed;

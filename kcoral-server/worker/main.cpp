@@ -82,6 +82,8 @@ int main(int argc, char** argv) {
   app.add_option("--process-limit", sandbox_config.processes);
   app.add_option("--open-files-limit", sandbox_config.open_files);
   app.add_option("--scratch-bytes", sandbox_config.scratch_bytes);
+  app.add_option("--compile-cache-bytes", options.compile_cache_bytes,
+                 "each tenant's compile cache, which the front mounts in a sandbox (0: none)");
   std::string uid_range;
   app.add_option("--sandbox-uid-range", uid_range);
   app.add_option("--readable-path", sandbox_config.readable_paths);

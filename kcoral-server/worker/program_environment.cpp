@@ -24,6 +24,18 @@ EnvironmentVariables program_environment(const ProgramEnvironmentSpec& spec) {
                                  {"LANG", "C.UTF-8"},     {"USER", "kcoral"},    {"LOGNAME", "kcoral"}};
   if (!spec.visible_devices.empty()) put(variables, "CUDA_VISIBLE_DEVICES", spec.visible_devices);
   if (spec.cuda_connections > 0) put(variables, "CUDA_DEVICE_MAX_CONNECTIONS", std::to_string(spec.cuda_connections));
+  if (!spec.compile_cache.empty()) {
+    const std::string& cache = spec.compile_cache;
+    for (const auto& [name, directory] : {std::pair{"TRITON_CACHE_DIR", "triton"}, {"TVM_FFI_CACHE_DIR", "tvm-ffi"},
+                                          {"CUTE_DSL_CACHE_DIR", "cutedsl"}, {"CUDA_CACHE_PATH", "nv"},
+                                          {"TORCH_EXTENSIONS_DIR", "torch_extensions"},
+                                          {"TORCHINDUCTOR_CACHE_DIR", "torchinductor"}})
+      put(variables, name, cache + "/" + directory);
+    // The driver's own bound, which it keeps by evicting its oldest entries itself.
+    if (spec.compile_cache_bytes > 0)
+      put(variables, "CUDA_CACHE_MAXSIZE", std::to_string(std::min<std::uint64_t>(spec.compile_cache_bytes / 4, std::uint64_t{4} << 30)));
+    put(variables, "KCORAL_COMPILE_CACHE", cache);
+  }
   for (const auto& [name, value] : spec.operator_variables)
     if (name != "PATH") put(variables, name, value);
   return variables;

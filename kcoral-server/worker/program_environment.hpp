@@ -11,6 +11,13 @@
 //   USER, LOGNAME   kcoral
 //   CUDA_VISIBLE_DEVICES          a GPU server's worker: its GPU's UUID
 //   CUDA_DEVICE_MAX_CONNECTIONS   when --cuda-connections sets it
+//   in a sandbox, the compile caches of the tools kernel authors use, each in its own
+//   directory of the tenant's compile cache (sandbox_layout.hpp's kCompileCacheMount):
+//     TRITON_CACHE_DIR (triton), TVM_FFI_CACHE_DIR (tvm-ffi: build_inline and friends),
+//     CUTE_DSL_CACHE_DIR (cutedsl), CUDA_CACHE_PATH (nv: the driver's PTX JIT cache,
+//     bounded by CUDA_CACHE_MAXSIZE, a quarter of the cache), TORCH_EXTENSIONS_DIR
+//     (torch_extensions), TORCHINDUCTOR_CACHE_DIR (torchinductor), and
+//     KCORAL_COMPILE_CACHE (the cache itself: compile_tirx keeps tirx/ there)
 //   and each NAME=VALUE of --program-env, which may also replace any of the above.
 //
 // The worker sets it before its first program (os.environ and the C environment both).
@@ -21,12 +28,14 @@
 //   auto variables = program_environment(spec);
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
 #include "kcoral/error.hpp"
+#include "sandbox_layout.hpp"
 
 namespace kcoral {
 
@@ -39,8 +48,10 @@ inline constexpr const char* kCudaToolkitBin = "/usr/local/cuda/bin";
 struct ProgramEnvironmentSpec {
   std::string interpreter_bin;          // the directory of the worker's Python
   std::string system_path = kDefaultSystemPath;  // what follows it on PATH
-  std::string home = "/tmp/home";
-  std::string tmpdir = "/tmp";
+  std::string home = kHome;
+  std::string tmpdir = kScratch;
+  std::string compile_cache;            // kCompileCacheMount in a sandbox; empty: none
+  std::uint64_t compile_cache_bytes = 0;  // its size, for CUDA_CACHE_MAXSIZE
   std::string visible_devices;          // CUDA_VISIBLE_DEVICES; empty: none
   int cuda_connections = 0;             // > 0: CUDA_DEVICE_MAX_CONNECTIONS
   EnvironmentVariables operator_variables;  // --program-env, in order

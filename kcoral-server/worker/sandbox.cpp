@@ -29,6 +29,7 @@
 #include <random>
 
 #include "cgroup_layout.hpp"
+#include "sandbox_layout.hpp"
 #include "seccomp_filter.hpp"
 
 namespace kcoral {
@@ -36,10 +37,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr uid_t kInsideUid = 1000;
-constexpr gid_t kInsideGid = 1000;
-constexpr const char* kScratch = "/tmp";
-constexpr const char* kHome = "/tmp/home";
 // The system a program may read. Top-level symbolic links (merged /usr) are copied.
 constexpr const char* kSystemPaths[] = {"/usr", "/etc", "/opt", "/bin", "/sbin",
                                         "/lib", "/lib32", "/lib64", "/libx32"};
@@ -575,7 +572,8 @@ Result<std::string> Sandbox::enter(std::vector<int> keep, const std::string& vis
   if (auto s = make_directories(root + kScratch); !s) return std::unexpected(s.error());
   if (auto s = mount_or_fail("tmpfs", root + kScratch, "tmpfs", MS_NOSUID | MS_NODEV, scratch_options.c_str()); !s)
     return std::unexpected(s.error());
-  for (const std::string& directory : {root + kHome, root + kScratch + "/.shm"}) {
+  for (const std::string& directory :
+       {root + kHome, root + kHome + "/.cache", root + kCompileCacheStandIn, root + kScratch + "/.shm"}) {
     if (auto s = make_directories(directory); !s) return std::unexpected(s.error());
     if (::chown(directory.c_str(), owner, group) != 0) return system_error("chown " + directory);
   }
@@ -585,6 +583,11 @@ Result<std::string> Sandbox::enter(std::vector<int> keep, const std::string& vis
     if (auto s = bind_read_only(path, root + path); !s) return std::unexpected(s.error());
   if (auto s = make_directories(root + "/var"); !s) return std::unexpected(s.error());
   if (::symlink(kScratch, (root + "/var/tmp").c_str()) != 0) return system_error("linking /var/tmp");
+  // The compile cache's mountpoint, with the stand-in on it until the front mounts the
+  // tenant's cache over it (sandbox_layout.hpp).
+  if (auto s = make_directories(root + kCompileCacheMount); !s) return std::unexpected(s.error());
+  if (auto s = mount_or_fail((root + kCompileCacheStandIn).c_str(), root + kCompileCacheMount, nullptr, MS_BIND); !s)
+    return std::unexpected(s.error());
 
   // /dev: a few harmless nodes, and the worker's GPU.
   if (auto s = make_directories(root + "/dev"); !s) return std::unexpected(s.error());

@@ -5,6 +5,7 @@
 #include <Python.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/syscall.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/wait.h>
@@ -12,6 +13,7 @@
 
 #include <fcntl.h>
 
+#include <array>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -178,6 +180,9 @@ void Zygote::fork_worker(int signal_fd, const std::string& visible_devices) {
       spec.home = spec.tmpdir = worker_root(::getpid());
       std::error_code ec;
       std::filesystem::create_directories(spec.home, ec);
+    } else {  // the tenant's compile cache, or its stand-in in the scratch space
+      spec.compile_cache = kCompileCacheMount;
+      spec.compile_cache_bytes = options_.compile_cache_bytes;
     }
     spec.visible_devices = visible_devices;
     spec.cuda_connections = options_.cuda_connections;
@@ -209,8 +214,13 @@ void Zygote::fork_worker(int signal_fd, const std::string& visible_devices) {
   });
   if (!pid) return report_error(pid.error().message);
   workers_.insert(*pid);
-  int channel = pair->first.get();
-  (void)wire::send(control_, wire::Forked{*pid}, std::span<const int>(&channel, 1));
+  UniqueFd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, *pid, 0)));
+  if (!pidfd) {
+    ::kill(*pid, SIGKILL);  // reaped as any worker; the front never hears of it
+    return report_error(std::string("pidfd_open (Linux 5.3): ") + std::strerror(errno));
+  }
+  std::array<int, 2> fds{pair->first.get(), pidfd.get()};
+  (void)wire::send(control_, wire::Forked{*pid}, fds);
 }
 
 void Zygote::reap() {

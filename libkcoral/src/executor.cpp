@@ -46,9 +46,9 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-// `_kcoral_executor.preload(name)`: the outcome and the exception's text.
-std::pair<PreloadedModule::Outcome, std::string> import_module(PyObject* support, const std::string& name) {
-  PyRef answer = KCORAL_PY_CHECK(PyObject_CallMethod(support, "preload", "s", name.c_str()));
+// `_kcoral_executor.preload(name, gpu)`: the outcome and the exception's text.
+std::pair<PreloadedModule::Outcome, std::string> import_module(PyObject* support, const std::string& name, bool gpu) {
+  PyRef answer = KCORAL_PY_CHECK(PyObject_CallMethod(support, "preload", "sO", name.c_str(), gpu ? Py_True : Py_False));
   const char* outcome = nullptr;
   const char* detail = nullptr;
   if (!PyArg_ParseTuple(answer.get(), "ss", &outcome, &detail)) python::throw_python_error("preload", __FILE__, __LINE__);
@@ -63,7 +63,7 @@ std::pair<PreloadedModule::Outcome, std::string> import_module(PyObject* support
 
 // Imports `name` in a child forked now, which reports how it went and exits: what the
 // import would do to this process, without doing it here. Called with the GIL held.
-Result<PreloadedModule> trial_import(PyObject* support, const std::string& name) {
+Result<PreloadedModule> trial_import(PyObject* support, const std::string& name, bool gpu) {
   using Outcome = PreloadedModule::Outcome;
   int ends[2];
   if (::pipe2(ends, O_CLOEXEC) != 0) return fail(ErrorKind::engine, std::string("pipe: ") + std::strerror(errno));
@@ -75,7 +75,7 @@ Result<PreloadedModule> trial_import(PyObject* support, const std::string& name)
     PyOS_AfterFork_Child();
     std::string verdict;
     try {
-      auto [outcome, detail] = import_module(support, name);
+      auto [outcome, detail] = import_module(support, name, gpu);
       std::optional<std::string> hazard = outcome == Outcome::imported ? cuda_hazard() : std::nullopt;
       verdict = std::to_string(static_cast<int>(hazard ? Outcome::unsafe : outcome)) + (hazard ? *hazard : detail);
     } catch (const python::PythonException& e) {
@@ -192,11 +192,11 @@ Result<std::vector<PreloadedModule>> Executor::preload(const std::vector<std::st
   std::vector<PreloadedModule> report;
   try {
     for (const std::string& name : modules) {
-      auto module = trial_import(impl_->support.get(), name);
+      auto module = trial_import(impl_->support.get(), name, impl_->options.gpu);
       if (!module) return std::unexpected(module.error());
       if (module->outcome == Outcome::imported) {
         auto started = std::chrono::steady_clock::now();
-        auto [outcome, detail] = import_module(impl_->support.get(), name);
+        auto [outcome, detail] = import_module(impl_->support.get(), name, impl_->options.gpu);
         module->seconds = seconds_since(started);
         std::optional<std::string> hazard = outcome == Outcome::unsafe ? detail : cuda_hazard();
         if (hazard)

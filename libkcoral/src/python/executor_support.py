@@ -9,10 +9,12 @@ into libkcoral at build time and imported as the private module ``_kcoral_execut
 from __future__ import annotations
 
 import __future__
+import contextlib
 import importlib.metadata
 import platform
 import sys
 import types
+from collections.abc import Iterator
 from hashlib import sha256 as _sha256
 from json import JSONEncoder as _JSONEncoder
 from math import isfinite as _isfinite
@@ -267,14 +269,16 @@ _DISTRIBUTIONS = {
 }
 
 
-def preload(name: str) -> tuple[str, str]:
+def preload(name: str, gpu: bool) -> tuple[str, str]:
     """Imports `name` for a worker parent: ("imported", ""), ("not installed", "") when
     neither it nor a package above it is installed, ("failed", the exception) when its
     import raised, or ("unsafe", why) when it left a Python thread running, which a forked
     child would not have (threads that native libraries start at load, as OpenBLAS does,
-    are theirs to stop around a fork)."""
+    are theirs to stop around a fork). `gpu`: whether the workers will have a GPU, which
+    is what torch.cuda.is_available() answers meanwhile (_cuda_answered_by_the_server)."""
     try:
-        importlib.import_module(name)
+        with _cuda_answered_by_the_server(gpu):
+            importlib.import_module(name)
     except ModuleNotFoundError as error:
         if error.name is not None and (name == error.name or name.startswith(error.name + ".")):
             return "not installed", ""
@@ -284,6 +288,27 @@ def preload(name: str) -> tuple[str, str]:
     if len(sys._current_frames()) > 1:
         return "unsafe", "started a Python thread"
     return "imported", ""
+
+
+@contextlib.contextmanager
+def _cuda_answered_by_the_server(gpu: bool) -> Iterator[None]:
+    """While a module is preloaded, torch.cuda.is_available() says whether the workers
+    will have a GPU, without asking the driver. A worker parent must not initialize CUDA
+    (no child it forks could use it), yet some libraries ask at import whether CUDA is
+    there: TVM FFI does, to load (and first build, into its cache) its DLPack addon for
+    torch; so it can be preloaded, and its workers find the addon loaded. The answer is
+    the one each worker would get itself."""
+    torch = sys.modules.get("torch")
+    cuda = getattr(torch, "cuda", None)
+    if cuda is None:
+        yield
+        return
+    asked = cuda.is_available
+    cuda.is_available = lambda: gpu and torch.version.cuda is not None
+    try:
+        yield
+    finally:
+        cuda.is_available = asked
 
 
 def versions() -> dict[str, str]:

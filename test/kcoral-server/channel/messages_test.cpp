@@ -97,7 +97,7 @@ TEST_CASE("the wire names are unique and name their message") {
 
 TEST_CASE("descriptor counts: blobs their file count, forked one, a result with parts one") {
   CHECK(wire::descriptor_count(wire::Blobs{{"a", "b", "c"}, {0, 1, 1}, {0, 0, 4}, {1, 4, 4}, 2}) == 2);
-  CHECK(wire::descriptor_count(wire::Forked{2}) == 1);
+  CHECK(wire::descriptor_count(wire::Forked{2}) == 2);
   CHECK(wire::descriptor_count(wire::Result{}) == 0);
   wire::Result with_parts;
   with_parts.part_sizes = {0};
@@ -172,7 +172,7 @@ TEST_CASE("nesting past a message's own and floods of values are refused as they
 TEST_CASE("a message with other than its own descriptors is refused") {
   CHECK(refusal(R"({"type":"ready"})", 1) == "a 'ready' message came with 1 descriptors instead of 0");
   CHECK(refusal(R"({"type":"blobs","digests":["a","b"],"files":[0,1],"offsets":[0,0],"sizes":[1,1],"file_count":2})", 1).find("instead of 2") != std::string::npos);
-  CHECK(refusal(R"({"type":"forked","pid":5})", 0).find("instead of 1") != std::string::npos);
+  CHECK(refusal(R"({"type":"forked","pid":5})", 0).find("instead of 2") != std::string::npos);
   std::string result = wire::encode(wire::Result{false, "{}", "", false, "", false, 0, {4}, std::nullopt});
   CHECK(refusal(result, 0).find("instead of 1") != std::string::npos);
 }
@@ -183,14 +183,15 @@ TEST_CASE("send insists on the message's descriptor count, and receive decodes w
   kcoral::Channel a(std::move(pair->first)), b(std::move(pair->second));
   CHECK(!wire::send(a, wire::Forked{9}));
   kcoral::UniqueFd memfd(::memfd_create("messages-test", MFD_CLOEXEC));
-  int fd = memfd.get();
-  REQUIRE(wire::send(a, wire::Forked{9}, std::span<const int>(&fd, 1)).has_value());
+  int fds[2] = {memfd.get(), memfd.get()};
+  CHECK(!wire::send(a, wire::Forked{9}, std::span<const int>(fds, 1)));
+  REQUIRE(wire::send(a, wire::Forked{9}, std::span<const int>(fds, 2)).has_value());
   ::fcntl(b.fd(), F_SETFL, O_NONBLOCK);
   auto received = wire::receive(b);
   REQUIRE(received.has_value());
   REQUIRE(received->has_value());
   CHECK(std::get<wire::Forked>((*received)->message).pid == 9);
-  CHECK((*received)->fds.size() == 1);
+  CHECK((*received)->fds.size() == 2);
   REQUIRE(a.send(R"({"type":"ready","extra":1})").has_value());
   CHECK(!wire::receive(b).has_value());
   auto nothing = wire::receive(b);

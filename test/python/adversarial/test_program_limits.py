@@ -356,8 +356,10 @@ def limited(start_module_server) -> Iterator[Server]:
     with pytest.MonkeyPatch.context() as patch:
         for name, value in SERVER_SECRETS.items():
             patch.setenv(name, value)
+        # Only numpy preloaded: a worker forked from a parent that preloaded TVM, torch and
+        # CuTeDSL maps gigabytes of address space, more than the 1 GiB limit here.
         server = start_module_server(
-            "--num-workers", "3", "--queue-timeout-seconds", "30",
+            "--num-workers", "3", "--queue-timeout-seconds", "30", "--preload", "numpy",
             "--memory-limit-bytes", str(MEMORY_LIMIT), "--scratch-bytes", str(SCRATCH),
             "--file-size-limit-bytes", str(FILE_SIZE),
             "--process-limit", str(PROCESSES), "--open-files-limit", str(OPEN_FILES),
@@ -566,7 +568,13 @@ def test_the_environment_is_a_fixed_list_with_program_env_and_nothing_of_the_ser
         worker_environs = [text for pid, _ in descendants(limited.pid) if (text := environ_of(pid)) is not None]
     assert worker_environs  # the zygote, the inits and the workers, the victim's among them
     environ = report["environ"]
-    assert set(environ) == {"PATH", "HOME", "TMPDIR", "LANG", "USER", "LOGNAME", "FOO", "EQUATION"}, environ
+    compile_cache = {"TRITON_CACHE_DIR", "TVM_FFI_CACHE_DIR", "CUTE_DSL_CACHE_DIR", "CUDA_CACHE_PATH",
+                     "CUDA_CACHE_MAXSIZE", "TORCH_EXTENSIONS_DIR", "TORCHINDUCTOR_CACHE_DIR", "KCORAL_COMPILE_CACHE"}
+    assert set(environ) == {"PATH", "HOME", "TMPDIR", "LANG", "USER", "LOGNAME", "FOO", "EQUATION",
+                            *compile_cache}, environ
+    assert environ["KCORAL_COMPILE_CACHE"] == "/var/cache/kcoral"
+    assert all(environ[name].startswith("/var/cache/kcoral/") for name in compile_cache - {
+        "KCORAL_COMPILE_CACHE", "CUDA_CACHE_MAXSIZE"}), environ
     assert (environ["FOO"], environ["EQUATION"]) == ("bar", "a=b")
     assert environ["PATH"].split(":")[0] == os.path.dirname(report["executable"]), environ["PATH"]
     assert (environ["HOME"], environ["TMPDIR"], environ["LANG"]) == ("/tmp/home", "/tmp", "C.UTF-8")
@@ -671,7 +679,7 @@ def test_the_start_line_says_when_no_control_group_can_be_made(start_server, tmp
                        f"{server_binary()} \"$@\"\n")
     wrapper.chmod(0o755)
     monkeypatch.setenv("KCORAL_SERVER", str(wrapper))
-    server = start_server("--num-workers", "1", "--memory-limit-bytes", str(MEMORY_LIMIT))
+    server = start_server("--num-workers", "1", "--memory-limit-bytes", str(MEMORY_LIMIT), "--preload", "numpy")
     line = limits_line(server)
     assert line.startswith("no control groups (no memory "), line  # v1: no hierarchy; v2: no controller
     assert f"Memory: per process only ({MEMORY_LIMIT >> 20} MiB of address space), not for a program's processes together" in line
@@ -736,6 +744,9 @@ def test_workers_that_keep_failing_to_start_get_programs_answered_at_once_with_w
     log_dir = tmp_path / "log"
     server = start_server("--num-workers", "1", "--queue-timeout-seconds", "60", "--log-dir", str(log_dir))
     with workers_killed_as_they_start(server):
+        # The worker already prepared goes first, then the first start fails: from then on
+        # no worker lives to take the program.
+        assert wait_until(lambda: server.metric('kcoral_worker_starts_total{outcome="failed"}') >= 1, 30)
         started = time.monotonic()
         with pytest.raises(EngineError, match=r"no worker can start on this server: its last \d+ worker starts "
                                               r"failed, the latest with: a worker exited before it became ready"):

@@ -261,3 +261,6 @@ class Server:
         assert gone, f"processes outlived kcoral-server: {survivors}"
         files = [str(p) for p in self.work_root.rglob("*") if not p.is_dir()]
         assert not files, f"kcoral-server left files in its work root: {files[:10]}"
+        mounts = [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()
+                  if line.split()[4].startswith(root + "/")]
+        assert not mounts, f"kcoral-server left mounts in its work root: {mounts[:10]}"
