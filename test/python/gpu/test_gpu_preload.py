@@ -24,8 +24,10 @@ import sys
 def imported(names):
     preloaded = [n for n in names if n in sys.modules]  # before this program imports anything
     import torch
+    from triton.runtime.cache import triton_key
     x = torch.arange(1 << 20, device="cuda", dtype=torch.float32)
-    return {"preloaded": preloaded, "sum": float((x * 2).sum().item())}
+    return {"preloaded": preloaded, "sum": float((x * 2).sum().item()),
+            "triton_key_done": triton_key.cache_info().currsize == 1}
 """
 
 
@@ -47,3 +49,4 @@ def test_heavy_modules_are_preloaded_and_a_cuda_opening_one_left_out(start_serve
     assert result["sum"] == float(n * (n - 1))
     assert "kc_preload_cuda" not in result["preloaded"]
     assert {"torch", "triton"} <= set(result["preloaded"]), (result, line)
+    assert result["triton_key_done"]  # computed once in the worker parent
