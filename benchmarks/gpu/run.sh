@@ -229,7 +229,8 @@ fi
 if [[ ${1:-} == tests || ${1:-} == limits ]]; then
 log "per-program limits and tenants, CPU servers of this machine's own (cgroup v2)"
 KCORAL_SERVER=$server timeout 400 "$python" -m pytest -q -rs -p no:cacheprovider \
-  test/python/adversarial/test_program_limits.py test/python/adversarial/test_tenants.py 2>&1 |
+  test/python/adversarial/test_program_limits.py test/python/adversarial/test_program_view.py \
+  test/python/adversarial/test_worker_starts.py test/python/adversarial/test_tenants.py 2>&1 |
   tee "$out/limits-tests.log" | tail -15
 echo "Per-program limits and tenants (CPU servers): $(tail -n 1 "$out/limits-tests.log")" >>"$summary"
 find /tmp/pytest-of-root -name server.stderr -size +0 2>/dev/null | tail -40 | tar -czf "$result/test-servers.tar.gz" -T - 2>/dev/null

@@ -12,26 +12,21 @@ runs beside it and completes with its own result, and the server serves the next
   that takes every inotify instance it can takes them from itself only, not from root or
   the program beside it.
 - Scratch inodes: 300,000 empty files stop at one inode per 16 KiB of --scratch-bytes.
-- Environment: a fixed list and --program-env, nothing of the server's own.
-- /sys: what Python reads of it (the CPUs), never the network interfaces or the firmware.
 - The server's start line says which control groups hold these limits, or why none do;
   each program's group has them, and a stopped server leaves no group behind.
-- Starts: a memory limit below what a worker holds when it starts stops the server at
-  start, naming --memory-limit-bytes and what to raise it to; workers that keep dying
-  before they are ready get programs answered `engine` at once with why, not 503 at the
-  queue timeout, until one starts again.
+
+What a program sees of its environment and of /sys: test_program_view.py; worker starts
+that fail: test_worker_starts.py.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
-import json
 import os
 import re
 import shutil
 import signal
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -40,7 +35,6 @@ from pathlib import Path
 import pytest
 from e2e.harness import Server, descendants, pids_with, server_binary, wait_until
 from e2e.programs import call
-from kcoral import EngineError
 
 from adversarial.victim import assert_serves, victim_beside
 
@@ -55,7 +49,6 @@ FILE_SIZE = 4096 * MiB  # larger too, so that one file may pass the memory limit
 PROCESSES = 64
 OPEN_FILES = 200  # not the default (1024), to see the flag hold
 FIRST_UID, LAST_UID = 1879048192, 1879113727  # the default --sandbox-uid-range
-SERVER_SECRETS = {"KCORAL_TOKEN": "kcoral-token-of-the-operator", "OPERATOR_SECRET": "operator-secret-value"}
 LIMITS_LINE = re.compile(r"^kcoral-server: limits: (.*)$", re.MULTILINE)
 
 PROGRAMS = r'''
@@ -258,49 +251,10 @@ def many_files(count):
     return {"made": made, "error": error, "inodes": os.statvfs("/tmp").f_files}
 
 
-def environment():
-    """os.environ; what /proc shows of it (this process's is not readable: the worker is not
-    dumpable); what a child process is given."""
-    try:
-        with open("/proc/self/environ", "rb") as f:
-            own = f.read().decode("utf-8", "replace")
-    except OSError as e:
-        own = _name(e)
-    child = subprocess.run(["env"], capture_output=True, text=True).stdout
-    shown = subprocess.run(["cat", "/proc/self/environ"], capture_output=True, text=True).stdout
-    return {"environ": dict(os.environ), "own": own, "child": child, "child_proc": shown,
-            "executable": sys.executable}
-
-
 def own_cgroup():
     return open("/proc/self/cgroup").read()
 
 
-def system_files():
-    def listing(path):
-        try:
-            return sorted(os.listdir(path))
-        except OSError as e:
-            return _name(e)
-
-    def read(path):
-        try:
-            with open(path) as f:
-                return f.read().strip()
-        except OSError as e:
-            return _name(e)
-
-    return {
-        "sys": listing("/sys"),
-        "class": listing("/sys/class"),
-        "class_net": listing("/sys/class/net"),
-        "firmware": listing("/sys/firmware"),
-        "virtual_net": listing("/sys/devices/virtual/net"),
-        "devices": listing("/sys/devices"),
-        "online": read("/sys/devices/system/cpu/online"),
-        "cpu_count": os.cpu_count(),
-        "affinity": len(os.sched_getaffinity(0)),
-    }
 '''
 
 
@@ -352,18 +306,13 @@ def remove_groups(directories) -> None:
 
 @pytest.fixture(scope="module")
 def limited(start_module_server) -> Iterator[Server]:
-    # The server's environment holds secrets of the operator's; programs must not see them.
-    with pytest.MonkeyPatch.context() as patch:
-        for name, value in SERVER_SECRETS.items():
-            patch.setenv(name, value)
-        # Only numpy preloaded: a worker forked from a parent that preloaded TVM, torch and
-        # CuTeDSL maps gigabytes of address space, more than the 1 GiB limit here.
-        server = start_module_server(
-            "--num-workers", "3", "--queue-timeout-seconds", "30", "--preload", "numpy",
-            "--memory-limit-bytes", str(MEMORY_LIMIT), "--scratch-bytes", str(SCRATCH),
-            "--file-size-limit-bytes", str(FILE_SIZE),
-            "--process-limit", str(PROCESSES), "--open-files-limit", str(OPEN_FILES),
-            "--program-env", "FOO=bar", "--program-env", "EQUATION=a=b")
+    # Only numpy preloaded: a worker forked from a parent that preloaded TVM, torch and
+    # CuTeDSL maps gigabytes of address space, more than the 1 GiB limit here.
+    server = start_module_server(
+        "--num-workers", "3", "--queue-timeout-seconds", "30", "--preload", "numpy",
+        "--memory-limit-bytes", str(MEMORY_LIMIT), "--scratch-bytes", str(SCRATCH),
+        "--file-size-limit-bytes", str(FILE_SIZE),
+        "--process-limit", str(PROCESSES), "--open-files-limit", str(OPEN_FILES))
     yield server
     groups = control_group_directories(server)
     assert server.stop() == 0
@@ -550,65 +499,7 @@ def test_300000_empty_files_stop_at_the_scratch_inodes(limited):
     assert_serves(limited)
 
 
-# -- what a program sees -----------------------------------------------------------------------
-
-
-def environ_of(pid: int) -> str | None:
-    try:
-        return Path(f"/proc/{pid}/environ").read_bytes().decode("utf-8", "replace")
-    except OSError:  # gone meanwhile
-        return None
-
-
-def test_the_environment_is_a_fixed_list_with_program_env_and_nothing_of_the_server(limited):
-    server_environ = Path(f"/proc/{limited.pid}/environ").read_bytes().decode()
-    assert all(f"{name}={value}" in server_environ for name, value in SERVER_SECRETS.items())  # it has them
-    with victim_beside(limited):
-        report = run(limited, "environment").raise_for_error()["out"]
-        worker_environs = [text for pid, _ in descendants(limited.pid) if (text := environ_of(pid)) is not None]
-    assert worker_environs  # the zygote, the inits and the workers, the victim's among them
-    environ = report["environ"]
-    compile_cache = {"TRITON_CACHE_DIR", "TVM_FFI_CACHE_DIR", "CUTE_DSL_CACHE_DIR", "CUDA_CACHE_PATH",
-                     "CUDA_CACHE_MAXSIZE", "TORCH_EXTENSIONS_DIR", "TORCHINDUCTOR_CACHE_DIR", "KCORAL_COMPILE_CACHE"}
-    assert set(environ) == {"PATH", "HOME", "TMPDIR", "LANG", "USER", "LOGNAME", "FOO", "EQUATION",
-                            *compile_cache}, environ
-    assert environ["KCORAL_COMPILE_CACHE"] == "/var/cache/kcoral"
-    assert all(environ[name].startswith("/var/cache/kcoral/") for name in compile_cache - {
-        "KCORAL_COMPILE_CACHE", "CUDA_CACHE_MAXSIZE"}), environ
-    assert (environ["FOO"], environ["EQUATION"]) == ("bar", "a=b")
-    assert environ["PATH"].split(":")[0] == os.path.dirname(report["executable"]), environ["PATH"]
-    assert (environ["HOME"], environ["TMPDIR"], environ["LANG"]) == ("/tmp/home", "/tmp", "C.UTF-8")
-    assert report["own"] in ("EACCES", "\0".join(f"{k}={v}" for k, v in environ.items()) + "\0"), report["own"]
-    assert report["child_proc"] == "\0".join(f"{k}={v}" for k, v in environ.items()) + "\0"
-    assert "FOO=bar\n" in report["child"]
-    # From outside too: no process of the server's but the server holds them (the zygote,
-    # and so every worker's /proc/<pid>/environ, has only what the worker machinery reads).
-    shown = [str(environ), report["own"], report["child"], report["child_proc"], *worker_environs]
-    for text in shown:
-        for name, value in SERVER_SECRETS.items():
-            assert name not in text and value not in text, text
-
-
-def test_a_program_env_without_a_value_is_refused_at_start(tmp_path):
-    for bad in ("FOO", "=bar", "1X=2"):
-        started = subprocess.run([server_binary(), "--port", "0", "--work-root", str(tmp_path / "work"),
-                                  "--program-env", bad], capture_output=True, text=True, timeout=30)
-        assert started.returncode != 0
-        assert (f"--program-env: expected NAME=VALUE with a NAME of letters, digits and underscores, not '{bad}'"
-                in started.stderr), started.stderr
-        assert "listening" not in started.stdout
-
-
-def test_sys_shows_the_cpus_and_not_the_network_or_the_firmware(limited):
-    with victim_beside(limited):
-        report = run(limited, "system_files").raise_for_error()["out"]
-    assert set(report["sys"]) <= {"bus", "devices", "kernel", "module"}, report["sys"]
-    for hidden in ("class", "class_net", "firmware", "virtual_net"):
-        assert report[hidden] == "ENOENT", (hidden, report[hidden])
-    assert set(report["devices"]) <= {"system", "pci0000:00"} and "system" in report["devices"], report["devices"]
-    assert report["online"] == Path("/sys/devices/system/cpu/online").read_text().strip()
-    assert report["cpu_count"] == os.cpu_count() and report["affinity"] >= 1
-
+# -- what a program sees of its control group ---------------------------------------------
 
 
 def test_the_program_sees_its_own_control_group_as_the_root_and_no_other_name(limited):
@@ -685,83 +576,3 @@ def test_the_start_line_says_when_no_control_group_can_be_made(start_server, tmp
     assert f"Memory: per process only ({MEMORY_LIMIT >> 20} MiB of address space), not for a program's processes together" in line
     assert "CPU: no weight per program" in line
     assert_serves(server)
-
-
-# -- starts ------------------------------------------------------------------------------------
-
-
-def test_a_memory_limit_below_what_a_worker_holds_stops_the_server_at_start(tmp_path):
-    started_at = time.monotonic()
-    started = subprocess.run([server_binary(), "--port", "0", "--work-root", str(tmp_path / "work"),
-                              "--num-workers", "1", "--memory-limit-bytes", str(64 * MiB)],
-                             capture_output=True, text=True, timeout=60)
-    assert started.returncode != 0, started.stderr
-    assert time.monotonic() - started_at < 20  # at once, not at the queue timeout of a first program
-    assert "listening" not in started.stdout
-    said = re.search(r"the workers did not start: .*--memory-limit-bytes is 64 MiB, but a worker already holds "
-                     r"(\d+) MiB of address space .* raise it to at least (\d+) MiB \(--memory-limit-bytes (\d+)\)",
-                     started.stderr)
-    assert said, started.stderr
-    held, at_least, in_bytes = map(int, said.groups())
-    assert 64 < held < at_least and in_bytes == at_least * MiB
-    assert not pids_with(str(tmp_path / "work"))
-
-
-def is_worker(pid: int) -> bool:
-    """Whether `pid` is a worker: the second process of a PID namespace of its own (its
-    first is the namespace's init, which must live for the zygote to fork into it)."""
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return False
-    ids = next((line.split()[1:] for line in status.splitlines() if line.startswith("NSpid:")), [])
-    return len(ids) >= 2 and ids[-1] == "2"
-
-
-@contextlib.contextmanager
-def workers_killed_as_they_start(server: Server) -> Iterator[None]:
-    """Kills every worker process of `server` as soon as it shows, until the block ends."""
-    stop = threading.Event()
-
-    def kill() -> None:
-        while not stop.is_set():
-            for pid, _ in descendants(server.pid):
-                if is_worker(pid):
-                    with contextlib.suppress(OSError):
-                        os.kill(pid, signal.SIGKILL)
-            time.sleep(0.002)
-
-    killer = threading.Thread(target=kill, daemon=True)
-    killer.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        killer.join()
-
-
-def test_workers_that_keep_failing_to_start_get_programs_answered_at_once_with_why(start_server, tmp_path):
-    log_dir = tmp_path / "log"
-    server = start_server("--num-workers", "1", "--queue-timeout-seconds", "60", "--log-dir", str(log_dir))
-    with workers_killed_as_they_start(server):
-        # The worker already prepared goes first, then the first start fails: from then on
-        # no worker lives to take the program.
-        assert wait_until(lambda: server.metric('kcoral_worker_starts_total{outcome="failed"}') >= 1, 30)
-        started = time.monotonic()
-        with pytest.raises(EngineError, match=r"no worker can start on this server: its last \d+ worker starts "
-                                              r"failed, the latest with: a worker exited before it became ready"):
-            server.execute(call("def f():\n    return 1\n", "f"))
-        assert time.monotonic() - started < 15  # three starts and their back-off, not the queue timeout
-        assert server.metric('kcoral_worker_starts_total{outcome="failed"}') >= 3
-        assert server.metric("kcoral_worker_starts_failing") == 1
-    # The next worker that starts ends it.
-    assert wait_until(lambda: server.metric("kcoral_worker_starts_failing") == 0, 30)
-    assert_serves(server)
-    lines = [json.loads(line) for line in (log_dir / "events.jsonl").read_text().splitlines()]
-    failures = [line for line in lines if line.get("event") == "worker_start_failed"]
-    assert len(failures) >= 3 and max(line["failures_in_row"] for line in failures) >= 3, failures
-    assert failures[0]["message"].startswith("a worker exited before it became ready"), failures[0]
-    assert failures[0]["outcome"] == "failed" and failures[0]["gpu"] is None
-    refused = [line for line in lines if line.get("outcome") == "error"]
-    assert refused and refused[0]["http_status"] == 500 and refused[0]["error"]["kind"] == "engine", refused
-    assert "failed to start (3 in a row)" in server.stderr_text()
