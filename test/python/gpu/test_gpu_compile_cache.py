@@ -8,8 +8,10 @@ there is one) and starts a server of its own (KCORAL_SERVER, the build under tes
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -17,21 +19,18 @@ from e2e.programs import call
 
 pytestmark = pytest.mark.skipif(not os.environ.get("KCORAL_GPU_URL"), reason="needs a GPU: set KCORAL_GPU_URL")
 
-TIRX = r'''
-from __future__ import annotations
+# The four-language client's kernels (examples/remote_compile_client.py), each followed by
+# what the test runs of it.
+_spec = importlib.util.spec_from_file_location(
+    "remote_compile_client", Path(__file__).resolve().parents[3] / "examples" / "remote_compile_client.py")
+assert _spec is not None and _spec.loader is not None
+EXAMPLE = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(EXAMPLE)
 
+TIRX = EXAMPLE.TIRX_KERNEL + r'''
 import os, pathlib
 import torch
-from tvm.script import tirx as T
 from kcoral.builtins import compile_tirx
-
-
-@T.jit
-def add_one(A: T.Buffer((N,), "float32"), B: T.Buffer((N,), "float32"), *, N: T.constexpr):
-    T.device_entry()
-    i = T.cta_id([N])
-    t = T.thread_id([1])
-    B[i] = A[i] + 1.0
 
 
 def run(compiler_broken):
@@ -42,23 +41,14 @@ def run(compiler_broken):
         tvm.compile = broken
     src = torch.arange(256, dtype=torch.float32, device="cuda")
     dst = torch.empty_like(src)
-    compile_tirx(add_one, {"N": 256})(src, dst)
+    compile_tirx(main, {"N": 256})(src, dst)
     torch.cuda.synchronize()
     stored = pathlib.Path(os.environ["KCORAL_COMPILE_CACHE"]) / "tirx"
     return {"right": bool(torch.equal(dst, src + 1)), "stored": sorted(p.name for p in stored.glob("*.so"))}
 '''
 
-TRITON = r'''
+TRITON = EXAMPLE.TRITON_KERNEL + r'''
 import torch
-import triton
-import triton.language as tl
-
-
-@triton.jit
-def add_one(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=mask) + 1.0, mask=mask)
 
 
 def run(compiler_broken):
@@ -74,25 +64,11 @@ def run(compiler_broken):
     return {"right": bool(torch.equal(y, x + 1))}
 '''
 
-CUDA = r'''
+CUDA = "SOURCE = " + repr(EXAMPLE.CUDA_KERNEL) + r'''
 import os, pathlib
 import torch
 import tvm_ffi
 import tvm_ffi.cpp
-
-SOURCE = """
-#include <tvm/ffi/container/tensor.h>
-#include <tvm/ffi/function.h>
-__global__ void add_one_kernel(const float* x, float* y, int n) {
-  int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < n) y[i] = x[i] + 1.0f;
-}
-void add_one(tvm::ffi::TensorView x, tvm::ffi::TensorView y) {
-  int n = static_cast<int>(x.numel());
-  add_one_kernel<<<(n + 255) / 256, 256>>>(static_cast<const float*>(x.data_ptr()),
-                                           static_cast<float*>(y.data_ptr()), n);
-}
-"""
 
 
 def run(compiler_broken):
