@@ -61,6 +61,21 @@ std::string sandbox_summary(const ServerConfig& config) {
   return out.str();
 }
 
+// The compile caches, in a sandbox where this host can mount them (none otherwise), and the
+// start line's account of them.
+std::pair<std::unique_ptr<CompileCaches>, std::string> open_compile_caches(const ServerConfig& config) {
+  if (config.sandbox == "none")
+    return {nullptr, "compile caches: none (--sandbox none: programs use the server user's own)"};
+  if (config.compile_cache_bytes == 0) return {nullptr, "compile caches: none (--compile-cache-bytes 0)"};
+  auto opened = CompileCaches::open({config.work_root + "/compile-cache", config.compile_cache_bytes});
+  if (!opened)
+    return {nullptr, "compile caches: none, this host cannot have them: " + opened.error().message +
+                         "; each program compiles anew"};
+  return {std::move(*opened), "compile caches: " + std::to_string(config.compile_cache_bytes >> 20) +
+                                  " MiB per tenant, in memory for the server's life (Triton, TVM FFI, CuTeDSL, "
+                                  "compile_tirx, torch, the CUDA driver's JIT)"};
+}
+
 }  // namespace
 
 int run_server(ServerConfig config) {
@@ -208,24 +223,8 @@ int run_server(ServerConfig config) {
     else
       std::fprintf(stderr, "kcoral-server: a worker started again; programs run\n");
   };
-  // Compile caches: in a sandbox, where this host can mount them.
-  std::unique_ptr<CompileCaches> compile_caches;
-  std::string compile_caches_line = "compile caches: none (--compile-cache-bytes 0)";
-  if (config.sandbox == "none") {
-    compile_caches_line = "compile caches: none (--sandbox none: programs use the server user's own)";
-  } else if (config.compile_cache_bytes > 0) {
-    auto opened = CompileCaches::open({config.work_root + "/compile-cache", config.compile_cache_bytes});
-    if (opened) {
-      compile_caches = std::move(*opened);
-      pool_config.compile_caches = compile_caches.get();
-      compile_caches_line = "compile caches: " + std::to_string(config.compile_cache_bytes >> 20) +
-                            " MiB per tenant, in memory for the server's life (Triton, TVM FFI, CuTeDSL, compile_tirx, "
-                            "torch, the CUDA driver's JIT)";
-    } else {
-      compile_caches_line = "compile caches: none, this host cannot have them: " + opened.error().message +
-                            "; each program compiles anew";
-    }
-  }
+  auto [compile_caches, compile_caches_line] = open_compile_caches(config);
+  pool_config.compile_caches = compile_caches.get();
   WorkerPool pool(io, pool_config);
   ServerState state{config, blobs, pool, metrics, new_request_id(), now_rfc3339(),
                     config.device == "gpu" ? pool_config.groups.size() : 0, target_arch, std::move(tenants)};
