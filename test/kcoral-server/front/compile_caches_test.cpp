@@ -2,9 +2,10 @@
 // the test writes: entries (each top-level directory's children, and top-level files) go
 // least recently used first until the usage is under the target, entries used lately stay,
 // links are removed and never followed (what they point at survives), a tree deeper than
-// the walk holds descriptors for goes whole with few descriptors, and reading the tree for
-// its times touches no access time. The mounts themselves need root and a kernel with
-// idmapped tmpfs mounts: test/python/e2e/test_e2e_compile_cache.py runs them for real.
+// the walk holds descriptors for goes whole with few descriptors, so do 50,000 entries of
+// one directory (oldest first), and reading the tree for its times touches no access
+// time. The mounts themselves need root and a kernel with idmapped tmpfs mounts:
+// test/python/e2e/test_e2e_compile_cache.py runs them for real.
 #include <doctest/doctest.h>
 
 #include <fcntl.h>
@@ -148,6 +149,35 @@ TEST_CASE("a tree deeper than the walk holds descriptors for goes whole, with fe
   CHECK(open_descriptors() == before);
   CHECK(!fs::exists(deep));
   CHECK(fs::is_empty(root + "/triton"));  // no part cut off and left behind
+}
+
+TEST_CASE("50,000 entries in one directory: the oldest go, in order, with few descriptors") {
+  kcoral::test::TempDir dir;
+  const std::string root = dir / "cache";
+  const std::string triton = root + "/triton";
+  fs::create_directories(triton);
+  UniqueFd at(::open(triton.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  constexpr int kEntries = 50'000;
+  for (int i = 0; i < kEntries; ++i) {
+    std::string name = std::to_string(i);
+    UniqueFd file(::openat(at.get(), name.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644));
+    REQUIRE(::write(file.get(), "x", 1) == 1);
+    timespec times[2] = {{kNow - 100'000 + i, 0}, {kNow - 100'000 + i, 0}};  // entry i used i s later
+    REQUIRE(::futimens(file.get(), times) == 0);
+  }
+  // Over the target while the newest of the older half is there (walking 50,000 entries
+  // after each removal would take the test minutes): removing in any other order than
+  // oldest first removes newer entries too, which the checks below see.
+  const std::string boundary = triton + "/" + std::to_string(kEntries / 2 - 1);
+  auto usage = [&] { return CacheUsage{fs::exists(boundary) ? std::uint64_t{kEntries} : kEntries / 2, 0}; };
+  UniqueFd fd(::open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  std::size_t before = open_descriptors();
+  CHECK(kcoral::evict_least_recent(fd.get(), kEntries / 2, ~std::uint64_t{0}, usage, kNow, 30) == kEntries / 2);
+  CHECK(open_descriptors() == before);
+  CHECK(!fs::exists(triton + "/0"));
+  CHECK(!fs::exists(triton + "/" + std::to_string(kEntries / 2 - 1)));
+  CHECK(fs::exists(triton + "/" + std::to_string(kEntries / 2)));
+  CHECK(fs::exists(triton + "/" + std::to_string(kEntries - 1)));
 }
 
 TEST_CASE("reading the tree for its times leaves the access times as they were") {
