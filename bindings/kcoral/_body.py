@@ -56,17 +56,21 @@ def read_body(
     if not decoders and not truncate and declared.isdigit() and len(declared) < 20:
         if int(declared) > limit:
             raise _too_large(what, limit, advice, f" (it declares {int(declared)} bytes)")
-    body = bytearray()
+    # The pieces are joined once at the end: one copy of the body, however large.
+    body: list[bytes] = []
+    size = 0
     received = 0
 
     def take(pieces: Iterator[bytes]) -> bool:
+        nonlocal size
         for piece in pieces:
-            if len(body) + len(piece) > limit:
+            if size + len(piece) > limit:
                 if truncate:
-                    body.extend(piece[: limit - len(body)])
+                    body.append(piece[: limit - size])
                     return False
                 raise _too_large(what, limit, advice, "")
-            body.extend(piece)
+            body.append(piece)
+            size += len(piece)
         return True
 
     try:
@@ -78,13 +82,13 @@ def read_body(
                 )
             received += len(raw)
             if not take(_through(decoders, raw)):
-                return bytes(body)
+                return b"".join(body)
         if received:  # an empty body is empty in any coding
             for decoder in decoders:
                 decoder.finish()
     except (zlib.error, ValueError) as error:
         raise ProtocolError(f"{what}: undecodable {_names(response)} body: {error}") from error
-    return bytes(body)
+    return b"".join(body)
 
 
 def _codings(response: httpx.Response, what: str) -> list[int]:

@@ -181,7 +181,7 @@ class Client:
         all_blobs = set(program.blobs)
         attempts: list[set[str]] = [set()]
         while True:
-            content_type, body = program.to_request(
+            content_type, chunks = program._request_chunks(
                 attempts[-1], timeout_seconds=timeout_seconds, output_limit_bytes=output_limit_bytes
             )
             status_code, headers, answer = self._exchange(
@@ -190,8 +190,14 @@ class Client:
                 deadline,
                 read_timeout,
                 self._max_response_bytes,
-                content=body,
-                headers={"Content-Type": content_type, "X-Request-ID": request_id},
+                # The pieces go out one after another, never joined: a 64 MiB blob is not
+                # copied. The length makes it one Content-Length body, not a chunked one.
+                content=chunks,
+                headers={
+                    "Content-Type": content_type,
+                    "Content-Length": str(sum(len(chunk) for chunk in chunks)),
+                    "X-Request-ID": request_id,
+                },
             )
             outcome = decode_response(
                 status_code, headers.get("content-type"), answer, headers.get

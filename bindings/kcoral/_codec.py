@@ -161,16 +161,35 @@ def parse_header_value(value: str) -> tuple[str, dict[str, str]]:
     return main.strip().lower(), params
 
 
+# Parts up to this size are searched for the boundary before it is used. A larger one is
+# not (searching costs about 0.35 ms a MiB): 128 random bits occur in 64 MiB with a chance
+# of about 2**-102, and where a blob's bytes held them anyway, the receiver, which checks
+# each blob against its SHA-256 name, would refuse the body rather than misread it.
+SEARCHED_PART_BYTES = 1 << 20
+
+
 def encode_multipart(parts: list[Part]) -> tuple[str, bytes]:
     """Frame ``parts`` as multipart/form-data; returns (Content-Type header, body)."""
+    content_type, chunks = multipart_chunks(parts)
+    return content_type, b"".join(chunks)
+
+
+def multipart_chunks(parts: list[Part]) -> tuple[str, list[bytes]]:
+    """(Content-Type header, the body's pieces in order) of ``parts`` as multipart/form-data.
+
+    The payloads are among the pieces themselves, not copied: a body of large blobs goes
+    to the socket as they are.
+    """
     for part in parts:
         if not part.name or any(c in part.name for c in '"\\\r\n'):
             raise ValueError(f"invalid multipart part name {part.name!r}")
-    # A random boundary collides with payload bytes with negligible probability, but the
-    # check makes the framing correct for any payload rather than probably correct.
     while True:
         boundary = "kcoral-" + secrets.token_hex(16)
-        if all(boundary.encode() not in part.data for part in parts):
+        if all(
+            boundary.encode() not in part.data
+            for part in parts
+            if len(part.data) <= SEARCHED_PART_BYTES
+        ):
             break
     chunks: list[bytes] = []
     for part in parts:
@@ -181,7 +200,7 @@ def encode_multipart(parts: list[Part]) -> tuple[str, bytes]:
         )
         chunks += [part.data, b"\r\n"]
     chunks.append(f"--{boundary}--\r\n".encode())
-    return f"multipart/form-data; boundary={boundary}", b"".join(chunks)
+    return f"multipart/form-data; boundary={boundary}", chunks
 
 
 def decode_multipart(content_type: str, body: bytes) -> list[Part]:

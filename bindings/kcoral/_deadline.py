@@ -32,6 +32,10 @@ import httpx
 # How long past the deadline an operation may still run before its socket is shut down:
 # the operation's own timeout ends it at the deadline, the watchdog only backs it up.
 WATCHDOG_GRACE_SECONDS = 0.25
+# The most one socket read takes. httpcore asks for 64 KiB at a time; taking what a
+# loopback or fast link has ready, up to this, cuts a 64 MiB answer's reads (and their
+# Python overhead in h11) from about a thousand to a few dozen.
+READ_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -155,7 +159,7 @@ class _Stream(httpcore.NetworkStream):
     def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
         timeout = _bounded(timeout, httpcore.ReadTimeout)
         with self._guard():
-            return self._stream.read(max_bytes, timeout)
+            return self._stream.read(max(max_bytes, READ_BYTES), timeout)
 
     def write(self, buffer: bytes, timeout: float | None = None) -> None:
         timeout = _bounded(timeout, httpcore.WriteTimeout)

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from kcoral._codec import Part, dumps_json, encode_multipart, json_copy, sha256_hex
+from kcoral._codec import Part, dumps_json, json_copy, multipart_chunks, sha256_hex
 from kcoral._files import read_folder
 from kcoral._paths import check_no_conflicts, normalize_path
 
@@ -248,6 +248,19 @@ class Program:
         ``include_blobs`` selects the blob parts to send by SHA-256; ``None`` sends all.
         The options are left out when ``None`` so the server applies its defaults.
         """
+        content_type, chunks = self._request_chunks(
+            include_blobs, timeout_seconds=timeout_seconds, output_limit_bytes=output_limit_bytes
+        )
+        return content_type, b"".join(chunks)
+
+    def _request_chunks(
+        self,
+        include_blobs: set[str] | None,
+        *,
+        timeout_seconds: float | None,
+        output_limit_bytes: int | None,
+    ) -> tuple[str, list[bytes]]:
+        """:meth:`to_request`'s body as pieces, the blobs among them uncopied."""
         if not self._instructions:
             raise ValueError("a program needs at least one instruction")
         wanted = set(self._blobs) if include_blobs is None else set(include_blobs)
@@ -276,7 +289,7 @@ class Program:
             for digest, data in self._blobs.items()
             if digest in wanted
         ]
-        return encode_multipart(parts)
+        return multipart_chunks(parts)
 
     # -- internals ---------------------------------------------------------------------
 

@@ -14,7 +14,9 @@ namespace http = boost::beast::http;
 using Json = nlohmann::ordered_json;
 using Clock = std::chrono::steady_clock;
 
-HttpResponse make_response(const EncodedResponse& encoded, const std::string& request_id,
+// `encoded` is taken by value: a program's answer (up to --max-response-bytes) is moved
+// into the response, not copied.
+HttpResponse make_response(EncodedResponse encoded, const std::string& request_id,
                            unsigned version, bool keep_alive) {
   HttpResponse response{static_cast<http::status>(encoded.http_status), version};
   response.set(http::field::server, "kcoral-server");
@@ -22,7 +24,7 @@ HttpResponse make_response(const EncodedResponse& encoded, const std::string& re
   if (!request_id.empty()) response.set("X-Request-ID", request_id);
   if (encoded.http_status == 503) response.set(http::field::retry_after, "1");
   if (encoded.http_status == 401) response.set(http::field::www_authenticate, "Bearer realm=\"kcoral\"");
-  response.body() = encoded.body;
+  response.body() = std::move(encoded.body);
   response.keep_alive(keep_alive);
   response.prepare_payload();
   return response;
@@ -199,7 +201,7 @@ HttpResponse finish_execute(const ExecuteJob& job, JobOutcome outcome, ServerSta
                          error_message, &job.program, outcome.timings,
                          std::chrono::duration<double>(Clock::now() - job.received).count(), job.request_bytes,
                          answer.response.body.size(), job.tenant});
-  return make_response(answer.response, job.request_id, http_version, keep_alive);
+  return make_response(std::move(answer.response), job.request_id, http_version, keep_alive);
 }
 
 void record_execute(ServerState& state, const ExecuteRecord& record) {
