@@ -9,12 +9,20 @@ PyPI kcoral 0.1.1, with its default settings: what its users get). Then, for eac
     run, return), sent by one client one after another, after a warm-up; the wall time of
     each ``Client.execute`` call, reported as median and p90 in milliseconds;
 (b) throughput: 8 threads, each with its own Client, send the same program back to back
-    for a fixed time; completed programs per second.
+    for a fixed time; completed programs per second;
+(c) large data: a program that uploads 64 MiB of random bytes (``--large-bytes``), runs an
+    uploaded ``def f(b): return b`` on them and returns them; ``--large-rounds`` rounds with
+    fresh bytes (``new``: up and back) and as many with the same bytes again (``cached``:
+    only the answer brings them), each kind after a warm-up; the median wall time and the
+    effective rate, 2 x the bytes over it, in GB/s (large_data_client.py).
 
-Both servers are driven by our client (in this process), so the difference measured is
-the servers'. Prints a table with the ratios and the goal check (our median round trip at
-most 1/10 of the reference's, our throughput at least 10x), and with ``--json PATH``
-writes every figure, the machine and both servers' configurations there.
+(a) and (b) are driven by our client (in this process), so the difference measured is
+the servers'. (c) is driven by both clients on every server: ours, in this process, and
+the reference's own (kcoral 0.1.1's ``Client``), in large_data_client.py run by the
+reference venv's Python. Prints a table with the ratios and the goal check (our median
+round trip at most 1/10 of the reference's, our throughput at least 10x), one for the
+large data (our client and server at least 1 GB/s in ``new`` rounds), and with
+``--json PATH`` writes every figure, the machine and both servers' configurations there.
 
 ``--variant LABEL=COMMAND`` (repeatable) measures more of our servers the same way, in
 the same run: another build (an earlier commit's, for a before/after) or other flags
@@ -54,15 +62,23 @@ import httpx
 import kcoral
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # shared parts, beside it
+from large_data_client import IDENTITY_SOURCE  # noqa: E402
+from large_data_client import measure as measure_large_data  # noqa: E402
 from server_process import terminate  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
+LARGE_DATA_CLIENT = Path(__file__).resolve().parent / "large_data_client.py"
 SOURCE = "def f():\n    return 1\n"
 START_SECONDS = 180
 # Goals: our median round trip at most this fraction of the reference's; our throughput
 # at least this multiple of it.
 LATENCY_GOAL_RATIO = 0.1
 THROUGHPUT_GOAL_RATIO = 10.0
+# Goal: our client and server move the large data up and back at least this fast (decimal
+# GB/s: 2 x the bytes over the median wall time of a ``new`` round).
+LARGE_DATA_GOAL_GB_PER_S = 1.0
+# The reference's client in its subprocess: at most this long per round (warm-ups counted).
+LARGE_ROUND_SECONDS = 300
 
 
 def trivial_program() -> kcoral.Program:
@@ -226,6 +242,54 @@ def measure_round_trip(url: str, requests: int, warmup: int) -> dict[str, Any]:
     }
 
 
+def measure_large_ours(url: str, size: int, rounds: int) -> dict[str, Any]:
+    """The large-data rounds by our client, in this process."""
+    with _client(url) as client:
+        return measure_large_data(client, size, rounds)
+
+
+def measure_large_reference(venv: Path, url: str, size: int, rounds: int) -> dict[str, Any]:
+    """The large-data rounds by the reference's own client: large_data_client.py run by the
+    reference venv's Python. A client that fails leaves its error in place of the figures."""
+    timeout = LARGE_ROUND_SECONDS * 2 * (rounds + 1)
+    # Without PYTHONPATH, which could put our client before the reference's.
+    environment = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    try:
+        done = subprocess.run([venv / "bin" / "python", LARGE_DATA_CLIENT, url, str(size),
+                               str(rounds)], capture_output=True, text=True, timeout=timeout,
+                              env=environment)
+    except subprocess.TimeoutExpired:
+        return {"error": f"the reference's client took more than {timeout} s"}
+    if done.returncode != 0:
+        return {"error": f"the reference's client exited with {done.returncode}: "
+                         f"{done.stderr[-2000:]}"}
+    try:  # its figures are the last line
+        figures: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    except (IndexError, json.JSONDecodeError):
+        return {"error": f"the reference's client printed no figures: {done.stdout[-2000:]}"}
+    return figures
+
+
+def _large_progress(name: str, client: str, cell: dict[str, Any]) -> None:
+    shown = cell.get("error") or ", ".join(
+        f"{kind} {_cell(cell[kind]['gb_per_s'], 0, '.3g').strip()} GB/s"
+        for kind in ("new", "cached"))
+    print(f"{name}: large data, {client} client: {shown}", file=sys.stderr, flush=True)
+
+
+def measure_large(name: str, url: str, venv: Path, size: int,
+                  rounds: int) -> dict[str, Any]:
+    """The large-data phase on one server, by our client, then by the reference's: its
+    figures by client ("ours", "reference"); none when ``size`` is 0."""
+    cells: dict[str, Any] = {}
+    if size:
+        cells["ours"] = measure_large_ours(url, size, rounds)
+        _large_progress(name, "ours", cells["ours"])
+        cells["reference"] = measure_large_reference(venv, url, size, rounds)
+        _large_progress(name, "reference", cells["reference"])
+    return cells
+
+
 def measure_throughput(url: str, threads: int, seconds: float) -> dict[str, Any]:
     program = trivial_program()
     outcomes: Counter[str] = Counter()
@@ -266,6 +330,59 @@ def measure_throughput(url: str, threads: int, seconds: float) -> dict[str, Any]
 
 def _ratio(numerator: float, denominator: float) -> float:
     return numerator / denominator if denominator else float("inf")
+
+
+def _size_label(size: int) -> str:
+    return f"{size >> 20} MiB" if size % (1 << 20) == 0 else f"{size} bytes"
+
+
+def _cell(value: float | None, width: int, form: str = ".2f") -> str:
+    """A figure of a table, "-" where there is none."""
+    return f"{value:{width}{form}}" if value is not None else f"{'-':>{width}}"
+
+
+def report_large(results: dict[str, Any]) -> list[str]:
+    """The large-data table: a row per client, server and kind of round, the goal on ours
+    (our client, our server, ``new`` rounds); then the clients that failed."""
+    config = results["config"]
+    size = config["large_bytes"]
+    lines = [f"large data: {_size_label(size)} up and back, median of {config['large_rounds']} "
+             f"rounds of each kind after a warm-up; GB/s = 2 x {size / 1e6:g} MB / wall",
+             f"{'client -> server':34}{'kind':>7}{'wall ms':>10}{'GB/s':>9}{'queue ms':>10}"
+             f"{'elapsed ms':>12}{'build ms':>10}{'goal':>7}  met"]
+    failures = []
+    for server_name, server in results["servers"].items():
+        for client_name, cell in server["large_data"].items():
+            label = f"{client_name} -> {server_name}"[:33]
+            if "error" in cell:
+                failures.append(f"{label}: {cell['error']}")
+                continue
+            for kind in ("new", "cached"):
+                rounds = cell[kind]
+                goal, verdict = "", ""
+                if (client_name, server_name, kind) == ("ours", "ours", "new"):
+                    goal = f">= {LARGE_DATA_GOAL_GB_PER_S:g}"
+                    verdict = "yes" if results["goals"]["large_data"] else "NO"
+                lines.append(f"{label:34}{kind:>7}{_cell(rounds['median_ms'], 10)}"
+                             f"{_cell(rounds['gb_per_s'], 9, '.3g')}"
+                             f"{_cell(rounds['server_queue_median_ms'], 10)}"
+                             f"{_cell(rounds['server_elapsed_median_ms'], 12)}"
+                             f"{_cell(rounds['build_median_ms'], 10)}{goal:>7}  {verdict}")
+                failed = {k: v for k, v in rounds["outcomes"].items() if k != "completed"}
+                if rounds["warmup_outcome"] != "completed":
+                    failed[f"warm-up: {rounds['warmup_outcome']}"] = 1
+                if failed:
+                    failures.append(f"{label}, {kind}: rounds that did not complete: {failed}")
+    reference_client = next((cell["client"] for server in results["servers"].values()
+                             for name, cell in server["large_data"].items()
+                             if name == "reference" and "client" in cell), "?")
+    lines.extend(failures)
+    lines.append(f"clients: ours {config['client']}, reference {reference_client} (in a "
+                 "process of its own)")
+    lines.append("wall: the Client.execute call (in new rounds: the request without the "
+                 "bytes, the server's CACHE_MISS, the request with them)")
+    lines.append("build: making the Program (hashing the bytes), before the wall")
+    return lines
 
 
 def report(results: dict[str, Any]) -> str:
@@ -311,6 +428,9 @@ def report(results: dict[str, Any]) -> str:
         f"client threads for {config['duration_s']:g} s; reference max_requests_per_worker="
         f"{reference['config'].get('max_requests_per_worker')} (its default); "
         f"{results['machine']['cpus']} CPUs, load average {results['machine']['load_before']}")
+    if results["config"]["large_bytes"]:
+        lines.append("")
+        lines.extend(report_large(results))
     return "\n".join(lines)
 
 
@@ -329,6 +449,12 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=8, help="concurrent clients (default 8)")
     parser.add_argument("--duration", type=float, default=30.0,
                         help="seconds of the throughput run on each server (default 30)")
+    parser.add_argument("--large-bytes", type=int, default=64 << 20,
+                        help="bytes each large-data round uploads and gets back (default "
+                             "64 MiB; 0 leaves the large-data phase out)")
+    parser.add_argument("--large-rounds", type=int, default=5,
+                        help="large-data rounds of each kind (new, cached) per client and "
+                             "server, after a warm-up (default 5)")
     parser.add_argument("--server", default=os.environ.get("KCORAL_SERVER"),
                         help="our kcoral-server (default: beside this Python, or $KCORAL_SERVER)")
     parser.add_argument("--reference-venv", type=Path,
@@ -341,6 +467,8 @@ def main() -> None:
                              "(binary and flags); repeatable")
     parser.add_argument("--json", type=Path, help="also write the results here as JSON")
     args = parser.parse_args()
+    if args.large_bytes < 0 or (args.large_bytes and args.large_rounds < 1):
+        parser.error("--large-bytes must be at least 0 and --large-rounds at least 1")
     variants = []
     for variant in args.variant:
         label, _, command = variant.partition("=")
@@ -369,7 +497,9 @@ def main() -> None:
         "config": {"workers": args.workers, "requests": args.requests,
                    "reference_requests": args.reference_requests, "warmup": args.warmup,
                    "reference_warmup": args.reference_warmup, "threads": args.threads,
-                   "duration_s": args.duration, "client": f"kcoral {kcoral.__version__} (ours)"},
+                   "duration_s": args.duration, "client": f"kcoral {kcoral.__version__} (ours)",
+                   "large_bytes": args.large_bytes, "large_rounds": args.large_rounds,
+                   "large_program": IDENTITY_SOURCE},
         "servers": {},
     }
     with tempfile.TemporaryDirectory(prefix="kcoral-roundtrip-") as scratch:
@@ -395,12 +525,14 @@ def main() -> None:
                 throughput = measure_throughput(server.url, args.threads, args.duration)
                 print(f"{name}: {throughput['completed_per_s']:.2f} programs/s",
                       file=sys.stderr, flush=True)
+                large_data = measure_large(name, server.url, venv, args.large_bytes,
+                                           args.large_rounds)
             finally:
                 stop(server)
             results["servers"][name] = {
                 "command": server.command, "config": config,
                 "versions": health.get("versions"), "round_trip": round_trip,
-                "throughput": throughput,
+                "throughput": throughput, "large_data": large_data,
             }
     ours, reference = results["servers"]["ours"], results["servers"]["reference"]
     results["machine"]["load_after"] = [round(x, 2) for x in os.getloadavg()]
@@ -418,6 +550,10 @@ def main() -> None:
         "throughput": results["ratios"]["throughput_ours_over_reference"]
         >= THROUGHPUT_GOAL_RATIO,
     }
+    if args.large_bytes:
+        ours_large = ours["large_data"]["ours"]
+        rate = None if "error" in ours_large else ours_large["new"]["gb_per_s"]
+        results["goals"]["large_data"] = rate is not None and rate >= LARGE_DATA_GOAL_GB_PER_S
     print(report(results))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
