@@ -32,6 +32,12 @@ def benchmark(fn: Any, *args: Any) -> dict[str, Any]:
     (defaults 25 and 100), ``warmup``, ``repeat`` (counts that override the budgets) and
     ``flush_l2`` (default True).
 
+    The budgets are wall time, each call's L2 flush and device drains included: warm-up
+    calls run until ``warmup_ms`` is spent (at least one), and the timed calls number what
+    fits in ``repeat_ms`` by the warm-up calls' median (at least one), stopping once it is
+    spent. Before them ``fn`` runs once, untimed, for what a first call compiles or loads.
+    The report's ``warmup`` and ``repeat`` are the counts made.
+
     The report says ``"timed": True``. Under a tool that instruments the GPU itself (the
     environment variable ``KCORAL_UNDER_TOOL`` names it; ``kcoral run ncu`` and ``kcoral
     run compute-sanitizer`` set it), timing would compete with the tool for CUPTI and

@@ -16,7 +16,6 @@ namespace kcoral::gpu {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr int kEstimateCalls = 5;
 constexpr std::int64_t kMaxCalls = 100000;
 
 // The buffer zeroed before each call so that no call finds the previous one's data in L2.
@@ -106,30 +105,45 @@ Result<BenchmarkReport> run_benchmark(const BenchmarkCall& call, const Benchmark
     return {};
   };
 
+  // One iteration as the timed loop runs it: flush, call, drain. The budgets bound the
+  // iterations' wall time, flushes and drains included, not the calls' alone: for a
+  // microsecond kernel the flush and the drains cost more than the call.
+  auto timed_iteration = [&]() -> Result<double> {
+    if (auto status = fence(); !status) return std::unexpected(status.error());
+    Clock::time_point started = Clock::now();
+    if (auto status = call(); !status) return std::unexpected(status.error());
+    KCORAL_CU_TRY(cuda->cuCtxSynchronize());
+    return std::chrono::duration<double, std::milli>(Clock::now() - started).count();
+  };
+  auto since = [](Clock::time_point start) {
+    return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+  };
+
   BenchmarkReport report;
   report.flush_l2 = config.flush_l2;
-  if (config.warmup && config.repeat) {
-    report.warmup = std::max<std::int64_t>(*config.warmup, 0);
+  // Warm-up: the given count, or iterations until its budget is spent (at least one).
+  // Their times are the estimate the timed calls' count comes from, so no call is made
+  // only to estimate.
+  std::vector<double> iteration_ms;
+  Clock::time_point warmup_start = Clock::now();
+  for (std::int64_t i = 0;; ++i) {
+    bool done = config.warmup ? i >= *config.warmup : i >= 1 && since(warmup_start) >= config.warmup_ms;
+    if (done) break;
+    auto ms = timed_iteration();
+    if (!ms) return std::unexpected(ms.error());
+    iteration_ms.push_back(*ms);
+  }
+  report.warmup = static_cast<std::int64_t>(iteration_ms.size());
+  if (iteration_ms.empty() && !config.repeat) {  // `warmup: 0` and a budget: one estimate
+    auto ms = timed_iteration();
+    if (!ms) return std::unexpected(ms.error());
+    iteration_ms.push_back(*ms);
+  }
+  if (config.repeat) {
     report.repeat = std::max<std::int64_t>(*config.repeat, 1);
   } else {
-    // The estimate times the call alone (launch to completion), not the flush before it.
-    std::vector<double> estimates;
-    for (int i = 0; i < kEstimateCalls; ++i) {
-      if (auto status = fence(); !status) return std::unexpected(status.error());
-      Clock::time_point started = Clock::now();
-      if (auto status = call(); !status) return std::unexpected(status.error());
-      KCORAL_CU_TRY(cuda->cuCtxSynchronize());
-      estimates.push_back(std::chrono::duration<double, std::milli>(Clock::now() - started).count());
-    }
-    std::sort(estimates.begin(), estimates.end());
-    double per_call_ms = estimates[estimates.size() / 2];
-    report.warmup = config.warmup ? std::max<std::int64_t>(*config.warmup, 0) : count_for(config.warmup_ms, per_call_ms);
-    report.repeat = config.repeat ? std::max<std::int64_t>(*config.repeat, 1) : count_for(config.repeat_ms, per_call_ms);
-  }
-  for (std::int64_t i = 0; i < report.warmup; ++i) {
-    if (flusher)
-      if (auto status = flusher->flush(); !status) return std::unexpected(status.error());
-    if (auto status = call(); !status) return std::unexpected(status.error());
+    std::sort(iteration_ms.begin(), iteration_ms.end());
+    report.repeat = count_for(config.repeat_ms, iteration_ms[iteration_ms.size() / 2]);
   }
   KCORAL_CU_TRY(cuda->cuCtxSynchronize());
 
@@ -144,7 +158,13 @@ Result<BenchmarkReport> run_benchmark(const BenchmarkCall& call, const Benchmark
   Status loop = {};
   std::vector<std::pair<std::uint64_t, std::uint64_t>> windows;
   windows.reserve(static_cast<std::size_t>(report.repeat));
+  // A budget also ends the loop once spent: the count came from an estimate.
+  Clock::time_point repeat_start = Clock::now();
   for (std::int64_t i = 0; i < report.repeat && loop; ++i) {
+    if (!config.repeat && i >= 1 && since(repeat_start) >= config.repeat_ms) {
+      report.repeat = i;
+      break;
+    }
     if (loop = fence(); !loop) break;
     std::uint64_t called_at = (*recorder)->now_ns();
     if (loop = call(); !loop) break;
@@ -200,6 +220,13 @@ Result<BenchmarkReport> run_benchmark(const BenchmarkCall& call, const Benchmark
     report.sm_clock_mhz_max = *std::max_element(clocks.begin(), clocks.end());
   }
   return report;
+}
+
+void prepare_benchmark() {
+  const DriverApi* cuda = driver_api();
+  if (cuda == nullptr) return;
+  if (auto recorder = ActivityRecorder::get(); recorder && (*recorder)->enable()) (*recorder)->disable();
+  if (std::string uuid = current_device_uuid(*cuda); !uuid.empty()) (void)sm_clock_mhz(uuid);
 }
 
 }  // namespace kcoral::gpu

@@ -18,6 +18,8 @@
 
 namespace kcoral::gpu {
 
+// The budgets bound wall time, each call's flush and drains included (see benchmark()'s
+// docstring in kcoral/builtins.py).
 struct BenchmarkConfig {
   double warmup_ms = 25;
   double repeat_ms = 100;
@@ -48,5 +50,11 @@ using BenchmarkCall = std::function<Status()>;
 
 [[nodiscard]] Result<BenchmarkReport> run_benchmark(const BenchmarkCall& call,
                                                     const BenchmarkConfig& config);
+
+// What run_benchmark's first call would otherwise set up inside a program's lease: CUPTI
+// (loaded, its activity buffers made by one enable and disable) and NVML (the clock
+// samples). For a worker to call before it takes a program; a failure here is left for
+// run_benchmark to report.
+void prepare_benchmark();
 
 }  // namespace kcoral::gpu

@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 
 #include "device.hpp"
+#include "gpu/benchmark.hpp"
 #include "gpu/cuda_api.hpp"
 #include "gpu/gpu_access_guard.hpp"
 
@@ -63,6 +64,7 @@ class GpuDevice final : public Device {
     } catch (const python::PythonException& e) {
       return fail(ErrorKind::engine, std::string("cannot prepare CUDA in Python: ") + e.what());
     }
+    gpu::prepare_benchmark();
     return {};
   }
 

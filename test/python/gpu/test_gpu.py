@@ -107,6 +107,21 @@ def test_benchmark_reports_a_kernel_and_refuses_a_call_without_gpu_activity():
     assert failed.status == "FAILED" and "no GPU activity" in failed.error["message"]
 
 
+def test_benchmark_budgets_count_whole_calls():
+    # A call of about 20 ms against budgets of 1 ms: one warm-up call and one timed call,
+    # since the budgets bound what the calls cost, not an estimate made apart from them.
+    source = ("import torch\nfrom kcoral.builtins import benchmark\n\n"
+              "def f():\n"
+              "    def slow():\n"
+              "        torch.cuda._sleep(40_000_000)\n"
+              "    return benchmark(slow, {'warmup_ms': 1, 'repeat_ms': 1})\n")
+    result = run(source, "f")
+    assert result.completed, result.error
+    report = result.results["out"]
+    assert report["warmup"] == 1 and report["repeat"] == 1
+    assert report["latency_ms_median"] > 5
+
+
 def test_benchmark_selected_with_get_function():
     program = Program()
     module = program.upload(id="m", kind="module",
