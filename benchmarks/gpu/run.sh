@@ -21,6 +21,9 @@
 #                                    and on ours without compile caches, and without those and
 #                                    the preloads (benchmarks/gpu/real_jobs.py); needs
 #                                    .gpu-carry/reference; REAL_JOBS_ARGS adds to its flags
+#   benchmarks/gpu/run.sh contexts   fresh programs/s and a two-stream benchmark() on GPU servers
+#                                    with CUDA's defaults and with cheaper fresh contexts
+#                                    (benchmarks/gpu/fresh_contexts.py)
 #   benchmarks/gpu/run.sh            everything (with what earlier calls stashed)
 #
 # Brought along (made by benchmarks/gpu/carry.sh, which says which call carries what):
@@ -152,6 +155,31 @@ if [[ ${1:-} == real-jobs ]]; then
   kill -TERM "${ourpids[@]}" "$refpid" 2>/dev/null
   sleep 3
   tar -C /tmp -czf "$result/logs.tar.gz" kcoral-logs
+  exit 0
+fi
+if [[ ${1:-} == contexts ]]; then
+  log "fresh CUDA state: fresh programs/s and a two-stream benchmark() per setting"
+  ctxpids=()
+  start_ctx() {  # name, flags...
+    local name=$1; shift
+    build/gpu/kcoral-server/kcoral-server --port 0 --python $python --work-root /tmp/kcoral-work-$name \
+      --program-env "PYTHONPATH=$PYTHONPATH" --device gpu --gpus 0 "$@" >"$out/server-$name.log" 2>&1 &
+    ctxpids+=($!)
+  }
+  start_ctx default
+  start_ctx inits4 --context-inits-at-once 4
+  start_ctx connections2 --cuda-connections 2 --context-inits-at-once 4
+  start_ctx connections1 --cuda-connections 1 --context-inits-at-once 4
+  servers=()
+  for name in default inits4 connections2 connections1; do
+    for _ in $(seq 1 900); do grep -qE "listening on|did not start" "$out/server-$name.log" && break; sleep 0.1; done
+    url=$(grep -o "http://[0-9.]*:[0-9]*" "$out/server-$name.log" | head -n 1)
+    [[ -n $url ]] && servers+=(--server "$name=$url") || tail -5 "$out/server-$name.log"
+  done
+  timeout ${CONTEXTS_TIMEOUT:-300} "$python" benchmarks/gpu/fresh_contexts.py "${servers[@]}" \
+    --json "$result/fresh-contexts.json" 2>&1 | tee "$result/fresh-contexts.md"
+  kill -TERM "${ctxpids[@]}" 2>/dev/null
+  sleep 2
   exit 0
 fi
 log "C++ units"
