@@ -166,12 +166,12 @@ if [[ ${1:-} == contexts ]]; then
       --program-env "PYTHONPATH=$PYTHONPATH" --device gpu --gpus 0 "$@" >"$out/server-$name.log" 2>&1 &
     ctxpids+=($!)
   }
+  start_ctx inits1 --context-inits-at-once 1
   start_ctx default
-  start_ctx inits4 --context-inits-at-once 4
-  start_ctx connections2 --cuda-connections 2 --context-inits-at-once 4
-  start_ctx connections1 --cuda-connections 1 --context-inits-at-once 4
+  start_ctx connections2 --cuda-connections 2
+  start_ctx connections1 --cuda-connections 1
   servers=()
-  for name in default inits4 connections2 connections1; do
+  for name in inits1 default connections2 connections1; do
     for _ in $(seq 1 900); do grep -qE "listening on|did not start" "$out/server-$name.log" && break; sleep 0.1; done
     url=$(grep -o "http://[0-9.]*:[0-9]*" "$out/server-$name.log" | head -n 1)
     [[ -n $url ]] && servers+=(--server "$name=$url") || tail -5 "$out/server-$name.log"

@@ -33,7 +33,7 @@ int main(int argc, char** argv) {
   app.add_option("--context-inits-at-once", config.context_inits_at_once,
                  "GPU server: workers of one GPU that may make their CUDA context at the same time "
                  "(with a fresh worker per program, context making bounds programs per second; 1 keeps "
-                 "it strictly sequential; more helps only with --cuda-connections 1, where 4 doubled it)")
+                 "it strictly sequential, 4 gave 1.6 times as many fresh programs per second on an H200)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   app.add_option("--cuda-connections", config.cuda_connections,

@@ -92,7 +92,8 @@ int run_server(ServerConfig config) {
   WorkerPool::Config pool_config;
   pool_config.queue_timeout_seconds = config.queue_timeout_seconds;
   pool_config.programs_per_worker = config.programs_per_worker;
-  pool_config.context_inits_at_once = config.context_inits_at_once;
+  // CPU workers make no context: no more of them are prepared than run at once.
+  pool_config.context_inits_at_once = config.device == "gpu" ? config.context_inits_at_once : 1;
   pool_config.zygote = {config.worker_path, config.device, config.work_root, config.python,
                         config.preload, config.programs_per_worker, config.cuda_connections, sandbox_args(config),
                         config.program_environment, config.memory_limit_bytes};

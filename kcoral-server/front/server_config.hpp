@@ -16,11 +16,10 @@ struct ServerConfig {
   std::vector<int> gpus{0};     // gpu mode: NVML device indexes
   std::size_t workers_per_gpu = 2;
   std::size_t programs_per_worker = 1;  // 1: every program in a fresh process
-  // Measured on the H200 (benchmarks/gpu/results): at CUDA's default connections 8 at
-  // once made no more workers per second than 1 (the driver makes contexts one after
-  // another); with cuda_connections = 1, 4 at once doubled them. The default keeps
-  // context making strictly sequential.
-  std::size_t context_inits_at_once = 1;
+  // Measured on the H200 (benchmarks/gpu/results/2026-12-04-h200-fresh-contexts.md): 4 at
+  // once gave 4.4 fresh programs/s against 2.8 with 1, at CUDA's default connections, with
+  // a two-stream benchmark() and a one-kernel one measuring the same.
+  std::size_t context_inits_at_once = 4;
   // GPU workers' CUDA_DEVICE_MAX_CONNECTIONS; 0 leaves CUDA's default (8), or what
   // --program-env gives. Fewer hardware queues make contexts about twice as fast to create and
   // destroy (benchmarks/gpu/results), at the cost of false dependencies between streams.
