@@ -24,6 +24,8 @@
 #   benchmarks/gpu/run.sh contexts   fresh programs/s and a two-stream benchmark() on GPU servers
 #                                    with CUDA's defaults and with cheaper fresh contexts
 #                                    (benchmarks/gpu/fresh_contexts.py)
+#   benchmarks/gpu/run.sh reuse      the same on GPU servers that reuse workers within a tenant,
+#                                    checked between programs (the default) and not
 #   benchmarks/gpu/run.sh            everything (with what earlier calls stashed)
 #
 # Brought along (made by benchmarks/gpu/carry.sh, which says which call carries what):
@@ -157,27 +159,35 @@ if [[ ${1:-} == real-jobs ]]; then
   tar -C /tmp -czf "$result/logs.tar.gz" kcoral-logs
   exit 0
 fi
-if [[ ${1:-} == contexts ]]; then
-  log "fresh CUDA state: fresh programs/s and a two-stream benchmark() per setting"
-  ctxpids=()
-  start_ctx() {  # name, flags...
-    local name=$1; shift
+if [[ ${1:-} == contexts || ${1:-} == reuse ]]; then
+  # contexts: fresh workers with CUDA's defaults and with cheaper fresh contexts; reuse:
+  # workers reused within a tenant, checked between programs and not.
+  log "${1}: programs/s and a two-stream benchmark() per setting"
+  if [[ ${1} == contexts ]]; then
+    settings=("inits1 --context-inits-at-once 1" "default" "connections2 --cuda-connections 2"
+              "connections1 --cuda-connections 1")
+  else
+    settings=("reused-checked --programs-per-worker 1000" "reused-trusted --programs-per-worker 1000 --reuse-check none")
+  fi
+  ctxpids=() servers=()
+  for setting in "${settings[@]}"; do
+    read -r name flags <<<"$setting"
+    # shellcheck disable=SC2086  # the flags are words
     build/gpu/kcoral-server/kcoral-server --port 0 --python $python --work-root /tmp/kcoral-work-$name \
-      --program-env "PYTHONPATH=$PYTHONPATH" --device gpu --gpus 0 "$@" >"$out/server-$name.log" 2>&1 &
+      --program-env "PYTHONPATH=$PYTHONPATH" --device gpu --gpus 0 $flags >"$out/server-$name.log" 2>&1 &
     ctxpids+=($!)
-  }
-  start_ctx inits1 --context-inits-at-once 1
-  start_ctx default
-  start_ctx connections2 --cuda-connections 2
-  start_ctx connections1 --cuda-connections 1
-  servers=()
-  for name in inits1 default connections2 connections1; do
+  done
+  for setting in "${settings[@]}"; do
+    read -r name _ <<<"$setting"
     for _ in $(seq 1 900); do grep -qE "listening on|did not start" "$out/server-$name.log" && break; sleep 0.1; done
     url=$(grep -o "http://[0-9.]*:[0-9]*" "$out/server-$name.log" | head -n 1)
     [[ -n $url ]] && servers+=(--server "$name=$url") || tail -5 "$out/server-$name.log"
   done
   timeout ${CONTEXTS_TIMEOUT:-300} "$python" benchmarks/gpu/fresh_contexts.py "${servers[@]}" \
-    --json "$result/fresh-contexts.json" 2>&1 | tee "$result/fresh-contexts.md"
+    --json "$result/$1.json" 2>&1 | tee "$result/$1.md"
+  for server in "${servers[@]}"; do
+    [[ $server == --server ]] || "$python" -c "import sys, httpx; print(sys.argv[1].split('=')[0], [l for l in httpx.get(sys.argv[1].split('=', 1)[1] + '/metrics').text.splitlines() if l.startswith('kcoral_workers_retired_total') and not l.endswith(' 0')])" "$server"
+  done | tee -a "$result/$1.md"
   kill -TERM "${ctxpids[@]}" 2>/dev/null
   sleep 2
   exit 0

@@ -70,7 +70,8 @@ inline constexpr auto kFields<Result> =
                Field{"stderr_truncated", &Result::stderr_truncated},
                Field{"elapsed_ms", &Result::elapsed_ms},
                Field{"part_sizes", &Result::part_sizes},
-               Field{"error", &Result::error}};
+               Field{"error", &Result::error},
+               Field{"retired", &Result::retired}};
 
 template <class T>
 struct IsOptional : std::false_type {};

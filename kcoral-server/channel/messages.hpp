@@ -122,6 +122,7 @@ struct Result {
   double elapsed_ms = 0;
   std::vector<std::uint64_t> part_sizes;
   std::optional<ErrorDetail> error;
+  std::string retired = {};  // why the worker takes no other program, before its count ran out
 };
 
 using Message = std::variant<Fork, ZygoteReady, Forked, Exited, ZygoteFailed, Blobs, Run, LeaseGranted, Ready,

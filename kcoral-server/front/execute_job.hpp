@@ -20,6 +20,9 @@ namespace kcoral {
 struct JobOutcome {
   Result<ProgramResult> result;
   ResponseTimings timings;
+  // Why the worker, reusable, takes no more programs (its reuse check found its state
+  // changed: "threads: ..."); the worker wrote it, so it is only ever counted by its kind.
+  std::string worker_retired = {};
 };
 
 // Seconds (a flag's value) as a timer's duration.

@@ -47,6 +47,12 @@ int main(int argc, char** argv) {
                  "process (the default; more is faster but lets one program's state reach the next)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  app.add_option("--reuse-check", config.reuse_check,
+                 "With --programs-per-worker above 1: 'state' retires a worker as soon as a program leaves "
+                 "its state other than it was (threads, open files, environment, imported modules, GPU "
+                 "memory held by torch, processes); 'none' reuses it whatever the program left")
+      ->check(CLI::IsMember({"state", "none"}))
+      ->capture_default_str();
   app.add_option("--default-timeout-seconds", config.default_timeout_seconds,
                  "Execution limit of a program that asks for none")
       ->check(CLI::PositiveNumber)

@@ -1,6 +1,7 @@
 // Metrics rendering (Prometheus text exposition format, version 0.0.4).
 #include "metrics.hpp"
 
+#include <algorithm>
 #include <sstream>
 
 namespace kcoral {
@@ -103,8 +104,19 @@ std::string Metrics::render(const WorkerPool::Load& load, const BlobStore& blobs
       << "# TYPE kcoral_guard_events_total counter\n";
   for (std::size_t i = 0; i < kGuards.size(); ++i)
     out << "kcoral_guard_events_total{event=\"" << kGuards[i] << "\"} " << guards_[i].load() << "\n";
+  out << "# HELP kcoral_workers_retired_total Reused workers retired because a program left their state changed, "
+         "by what changed.\n"
+      << "# TYPE kcoral_workers_retired_total counter\n";
+  for (std::size_t i = 0; i < kRetirements.size(); ++i)
+    out << "kcoral_workers_retired_total{changed=\"" << kRetirements[i] << "\"} " << retirements_[i].load() << "\n";
   render_tenants(out, front, tenants);
   return out.str();
+}
+
+void Metrics::record_worker_retired(std::string_view reason) {
+  std::string_view kind = reason.substr(0, reason.find(':'));
+  auto found = std::find(kRetirements.begin(), kRetirements.end() - 1, kind);
+  retirements_[static_cast<std::size_t>(found - kRetirements.begin())].fetch_add(1, std::memory_order_relaxed);
 }
 
 // Names are letters, digits, '.', '_' and '-' (tenants.hpp): label values as they are.

@@ -66,6 +66,10 @@ class Metrics {
       "slow_body",             "inflight_full",     "slow_reader",           "anonymous_per_address",
       "anonymous_evicted",     "tenant_queue_full", "tenant_inflight_full"};
 
+  // Why reused workers were retired, as label values: what their reuse check found changed.
+  static constexpr std::array<std::string_view, 8> kRetirements{
+      "threads", "descriptors", "environment", "imported modules", "GPU memory", "processes", "CUDA context", "other"};
+
   // The outcomes of POST /execute, as label values.
   static constexpr std::array<std::string_view, 12> kOutcomes{
       "completed", "failed", "cache_miss", "rejected",  "unauthorized", "too_large",
@@ -81,6 +85,9 @@ class Metrics {
                       double queue_ms = 0);
   void record_other_request() { other_requests_.fetch_add(1, std::memory_order_relaxed); }
   void record(Guard guard) { guards_[static_cast<std::size_t>(guard)].fetch_add(1, std::memory_order_relaxed); }
+  // A reused worker retired by its reuse check, counted by the kind its reason starts with
+  // (worker/reuse_baseline.cpp: "threads: ...") among kRetirements, else as "other".
+  void record_worker_retired(std::string_view reason);
   [[nodiscard]] std::string render(const WorkerPool::Load& load, const BlobStore& blobs,
                                    const FrontGauges& front = {},
                                    std::span<const TenantGauges> tenants = {},
@@ -93,6 +100,7 @@ class Metrics {
   std::atomic<std::uint64_t> sum_microseconds_{0};
   std::atomic<std::uint64_t> other_requests_{0};
   std::array<std::atomic<std::uint64_t>, kGuards.size()> guards_{};
+  std::array<std::atomic<std::uint64_t>, kRetirements.size()> retirements_{};
   void render_tenants(std::ostream& out, const FrontGauges& front, std::span<const TenantGauges> tenants) const;
 
   struct TenantCounters {

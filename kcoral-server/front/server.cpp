@@ -95,7 +95,8 @@ int run_server(ServerConfig config) {
   // CPU workers make no context: no more of them are prepared than run at once.
   pool_config.context_inits_at_once = config.device == "gpu" ? config.context_inits_at_once : 1;
   pool_config.zygote = {config.worker_path, config.device, config.work_root, config.python,
-                        config.preload, config.programs_per_worker, config.cuda_connections, sandbox_args(config),
+                        config.preload, config.programs_per_worker, config.reuse_check == "state",
+                        config.cuda_connections, sandbox_args(config),
                         config.program_environment, config.memory_limit_bytes};
   pool_config.workers_per_group = config.num_workers;
   // A result's frame holds its returned values' JSON and both captured streams.
@@ -298,11 +299,17 @@ int run_server(ServerConfig config) {
   listener->run();
   std::fprintf(stderr, "kcoral-server: %s\n", sandbox_summary(config).c_str());
   std::fprintf(stderr, "kcoral-server: %s\n", compile_caches_line.c_str());
-  if (config.programs_per_worker > 1)
+  if (config.programs_per_worker > 1 && config.reuse_check == "state")
     std::fprintf(stderr,
-                 "kcoral-server: --programs-per-worker %zu: programs share a worker and its sandbox, so one "
-                 "program's files, processes and state can reach the next; only for clients that trust "
-                 "each other\n",
+                 "kcoral-server: --programs-per-worker %zu: a worker runs programs of one tenant only, and is "
+                 "retired as soon as one leaves its threads, open files, environment, imported modules, "
+                 "torch's GPU memory or processes other than they were; files in its scratch and other "
+                 "state can still reach that tenant's next program\n",
+                 config.programs_per_worker);
+  else if (config.programs_per_worker > 1)
+    std::fprintf(stderr,
+                 "kcoral-server: --programs-per-worker %zu --reuse-check none: programs of one tenant share "
+                 "a worker and its sandbox, so one program's files, processes and state can reach the next\n",
                  config.programs_per_worker);
   std::printf("kcoral-server listening on http://%s:%u (%s, %zu workers, sandbox %s)\n", config.host.c_str(),
               static_cast<unsigned>(*port), config.device.c_str(), pool.load().capacity, config.sandbox.c_str());

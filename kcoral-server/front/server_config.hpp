@@ -16,6 +16,9 @@ struct ServerConfig {
   std::vector<int> gpus{0};     // gpu mode: NVML device indexes
   std::size_t workers_per_gpu = 2;
   std::size_t programs_per_worker = 1;  // 1: every program in a fresh process
+  // With programs_per_worker > 1: "state" retires a worker whose state a program changed
+  // (worker/reuse_baseline.hpp), "none" reuses it in full trust.
+  std::string reuse_check = "state";
   // Measured on the H200 (benchmarks/gpu/results/2026-12-04-h200-fresh-contexts.md): 4 at
   // once gave 4.4 fresh programs/s against 2.8 with 1, at CUDA's default connections, with
   // a two-stream benchmark() and a one-kernel one measuring the same.

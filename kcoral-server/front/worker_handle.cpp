@@ -232,12 +232,13 @@ void WorkerHandle::on_result(wire::Result message, std::vector<UniqueFd> fds) {
     return let_go();
   }
   bool continues = message.continues;
+  std::string retired = continues ? std::string() : std::move(message.retired);
   auto result = decode_result(std::move(message), std::move(fds));
   if (!result) return violation(result.error().message);
   // Whether the worker takes another program is the front's call as much as the worker's.
   bool recycle = continues && ++programs_run_ < limits_.programs;
   if (recycle) state_ = State::recycling;
-  finish(std::move(*result));
+  finish(std::move(*result), std::move(retired));
   if (!recycle) let_go();
 }
 
@@ -415,7 +416,7 @@ void WorkerHandle::crashed(const std::string& how, const std::optional<std::stri
   let_go();
 }
 
-void WorkerHandle::finish(Result<ProgramResult> result) {
+void WorkerHandle::finish(Result<ProgramResult> result, std::string worker_retired) {
   std::shared_ptr<ExecuteJob> job = std::move(job_);
   if (!job) return;
   deadline_.cancel();
@@ -426,7 +427,7 @@ void WorkerHandle::finish(Result<ProgramResult> result) {
   LeaseTimes lease = leases_.finish(group_, pid_);
   ResponseTimings timings{ms_between(job->received, dispatched_), ms_between(dispatched_, Clock::now()),
                           lease.wait_ms, lease.held_ms};
-  events_.finished(shared_from_this(), std::move(job), {std::move(result), timings});
+  events_.finished(shared_from_this(), std::move(job), {std::move(result), timings, std::move(worker_retired)});
 }
 
 void WorkerHandle::discard() {

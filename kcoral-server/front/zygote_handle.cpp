@@ -58,6 +58,7 @@ Status ZygoteHandle::start() {
   std::vector<std::string> args{config_.worker_path, "--control-fd", "3", "--device", config_.device,
                                 "--work-root", config_.work_root, "--programs-per-worker",
                                 std::to_string(config_.programs_per_worker)};
+  if (!config_.reuse_check) args.push_back("--no-reuse-check");
   if (config_.cuda_connections > 0) {
     args.push_back("--cuda-connections");
     args.push_back(std::to_string(config_.cuda_connections));

@@ -41,6 +41,7 @@ struct ZygoteConfig {
   std::string python;
   std::vector<std::string> preload;  // modules the zygote imports before it forks
   std::size_t programs_per_worker = 1;
+  bool reuse_check = true;   // false: reused workers are not checked between programs
   int cuda_connections = 0;  // > 0: the workers' CUDA_DEVICE_MAX_CONNECTIONS
   std::vector<std::string> sandbox_args;  // passed on to kcoral-worker as they are
   std::vector<std::string> program_environment;  // NAME=VALUE, --program-env

@@ -71,6 +71,7 @@ int main(int argc, char** argv) {
   app.add_option("--python", python, "the Python environment to embed");
   app.add_option("--programs-per-worker", options.programs_per_worker, "programs a worker runs before exiting")
       ->check(CLI::PositiveNumber);
+  app.add_flag("!--no-reuse-check", options.reuse_check, "reuse workers without checking their state between programs");
   app.add_option("--cuda-connections", options.cuda_connections, "CUDA_DEVICE_MAX_CONNECTIONS of the workers")
       ->check(CLI::Range(0, 32));
   // The sandbox (see sandbox.hpp); kcoral-server's --help explains each.

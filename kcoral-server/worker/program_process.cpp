@@ -7,6 +7,7 @@
 
 #include "process_tree.hpp"
 #include "remote_lease.hpp"
+#include "reuse_baseline.hpp"
 
 namespace kcoral {
 namespace {
@@ -95,7 +96,16 @@ Result<Blob> parts_file(const std::vector<Blob>& parts) {
   return packed->front();
 }
 
-Status send_result(Courier& courier, const ProgramResult& result, bool continues) {
+// Why a worker that may run more programs takes no other after this one; nullopt: it does.
+std::optional<std::string> retirement(const ProgramResult& result, bool left_processes,
+                                      const std::optional<ReuseBaseline>& baseline, Executor& executor) {
+  if (result.device_lost) return "CUDA context: lost to a sticky error";
+  if (left_processes) return "processes: the program left some running";
+  if (baseline) return baseline->departure(ReuseBaseline::capture(executor));
+  return std::nullopt;
+}
+
+Status send_result(Courier& courier, const ProgramResult& result, bool continues, std::string retired) {
   wire::Result message{continues,
                        result.results_json,
                        result.stdout_output.text,
@@ -104,7 +114,8 @@ Status send_result(Courier& courier, const ProgramResult& result, bool continues
                        result.stderr_output.truncated,
                        result.elapsed_ms,
                        {},
-                       std::nullopt};
+                       std::nullopt,
+                       std::move(retired)};
   if (const auto& error = result.error) {
     message.error = wire::ErrorDetail{std::string(to_wire(error->kind)), error->message, error->instruction_index,
                                       error->instruction_op, error->traceback, error->instruction_id,
@@ -132,6 +143,8 @@ int serve_programs(Executor& executor, Courier& courier, const ProgramProcessOpt
       return 1;
     }
   }
+  std::optional<ReuseBaseline> baseline;
+  if (options.programs > 1 && options.check_reuse) baseline = ReuseBaseline::capture(executor);
   for (std::size_t served = 0; served < options.programs; ++served) {
     if (!courier.send(wire::Ready{})) return 1;
     std::optional<Job> job = next_job(courier);
@@ -139,8 +152,10 @@ int serve_programs(Executor& executor, Courier& courier, const ProgramProcessOpt
     ProgramResult result = run_one(executor, courier, *job, options);
     // The response is the program's end: nothing it started may outlive it.
     bool left_processes = kill_descendants() > 0;
-    bool continues = served + 1 < options.programs && !result.device_lost && !left_processes;
-    if (!send_result(courier, result, continues)) return 1;
+    std::optional<std::string> retired;
+    if (served + 1 < options.programs) retired = retirement(result, left_processes, baseline, executor);
+    bool continues = served + 1 < options.programs && !retired;
+    if (!send_result(courier, result, continues, retired.value_or(""))) return 1;
     if (!continues) return result.device_lost ? 2 : 0;
   }
   return 0;

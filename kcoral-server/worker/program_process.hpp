@@ -14,11 +14,15 @@ struct ProgramProcessOptions {
   std::string work_root;     // programs' working directories go below it
   bool gpu = false;          // make a CUDA context (under the front's init lease) before ready
   std::size_t programs = 1;  // programs to run before exiting: 1 keeps every program fresh
+  // Between programs, retire unless the worker's state is back to its baseline
+  // (reuse_baseline.hpp); off: reuse in full trust.
+  bool check_reuse = true;
 };
 
 // Warms up (and on a GPU makes its context), announces readiness, then for each program:
 // receives blobs and the program through `courier`, runs it, kills what it left running
-// and sends the result. Returns the process exit code.
+// and sends the result, saying whether it takes another and, if not before its count
+// ran out, why. Returns the process exit code.
 [[nodiscard]] int serve_programs(Executor& executor, Courier& courier, const ProgramProcessOptions& options);
 
 }  // namespace kcoral

@@ -209,7 +209,7 @@ void Zygote::fork_worker(int signal_fd, const std::string& visible_devices) {
     auto courier = Courier::start(channel.release_socket());
     if (!courier) ::_exit(1);
     std::string root = sandboxed_root->empty() ? worker_root(::getpid()) : *sandboxed_root;
-    ProgramProcessOptions process{root, options_.device == "gpu", options_.programs_per_worker};
+    ProgramProcessOptions process{root, options_.device == "gpu", options_.programs_per_worker, options_.reuse_check};
     ::_exit(serve_programs(executor_, **courier, process));
   });
   if (!pid) return report_error(pid.error().message);

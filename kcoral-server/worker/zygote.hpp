@@ -29,6 +29,7 @@ struct ZygoteOptions {
   std::string device = "cpu";
   std::string work_root;
   std::size_t programs_per_worker = 1;
+  bool reuse_check = true;   // a reused worker's state is checked between programs
   int cuda_connections = 0;  // > 0: CUDA_DEVICE_MAX_CONNECTIONS of the workers
   std::uint64_t compile_cache_bytes = 0;     // a sandbox's tools are pointed at the compile cache
   std::string interpreter_bin;              // the directory of the embedded Python

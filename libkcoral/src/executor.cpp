@@ -229,6 +229,31 @@ void Executor::warm_up(const std::string& work_root) {
   (void)run(built->program, built->blobs, lease, options);
 }
 
+InterpreterState Executor::interpreter_state() {
+  python::Gil gil;
+  InterpreterState state;
+  PyRef found = PyRef::steal(PyObject_CallMethod(impl_->support.get(), "reuse_state", nullptr));
+  PyObject* names = nullptr;
+  unsigned long long gpu_bytes = 0;
+  if (!found || !PyArg_ParseTuple(found.get(), "O!K", &PyList_Type, &names, &gpu_bytes)) {
+    PyErr_Clear();
+    state.readable = false;
+    return state;
+  }
+  state.gpu_bytes = gpu_bytes;
+  for (Py_ssize_t i = 0; i < PyList_GET_SIZE(names); ++i) {
+    Py_ssize_t size = 0;
+    const char* name = PyUnicode_AsUTF8AndSize(PyList_GET_ITEM(names, i), &size);
+    if (name == nullptr) {
+      PyErr_Clear();
+      state.readable = false;
+      return state;
+    }
+    state.modules.emplace_back(name, static_cast<std::size_t>(size));
+  }
+  return state;
+}
+
 std::map<std::string, std::string> Executor::versions() {
   python::Gil gil;
   std::map<std::string, std::string> out;

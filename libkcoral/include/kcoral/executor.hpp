@@ -51,6 +51,12 @@ struct PreloadedModule {
   double seconds = 0;  // the import in this process (imported), else the trial's
 };
 
+// What a program may leave in the interpreter for the next one run by the same process.
+struct InterpreterState {
+  std::vector<std::string> modules;  // the names in sys.modules, sorted
+  std::uint64_t gpu_bytes = 0;       // GPU memory torch's allocator has given out (live tensors)
+  bool readable = true;              // false: the interpreter could not say (a program broke it)
+};
 struct RunOptions {
   std::uint64_t output_limit_bytes = 1u << 20;  // per stream; 0 turns capture off
   std::uint64_t max_binary_bytes = 256u << 20;  // all returned binary data together
@@ -97,6 +103,9 @@ class Executor {
   // so that what every program touches first is already touched: in a freshly forked
   // child, before its first real program arrives.
   void warm_up(const std::string& work_root);
+  // This interpreter's state as a program may change it (see InterpreterState): a process
+  // that runs several programs compares it between them.
+  [[nodiscard]] InterpreterState interpreter_state();
 
  private:
   struct Impl;

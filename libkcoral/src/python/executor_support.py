@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import __future__
 import contextlib
+import gc
 import importlib.metadata
 import platform
 import sys
@@ -329,6 +330,21 @@ def _cuda_answered_by_the_server(gpu: bool) -> Iterator[None]:
         yield
     finally:
         cuda.is_available = asked
+
+
+def reuse_state() -> tuple[list[str], int]:
+    """What a program may leave in this interpreter for the next one in the same worker:
+    the names in sys.modules, sorted, and the bytes of GPU memory torch's allocator has
+    given out (live tensors; collected garbage first, when there are any)."""
+    names = sorted(name for name in list(sys.modules) if isinstance(name, str))
+    torch = sys.modules.get("torch")
+    gpu_bytes = 0
+    if torch is not None and torch.cuda.is_initialized():
+        gpu_bytes = torch.cuda.memory_allocated()
+        if gpu_bytes:
+            gc.collect()
+            gpu_bytes = torch.cuda.memory_allocated()
+    return names, gpu_bytes
 
 
 def versions() -> dict[str, str]:

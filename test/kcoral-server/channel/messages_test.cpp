@@ -22,7 +22,8 @@ namespace {
 // One of each message, every field set to something other than its default.
 std::vector<wire::Message> one_of_each() {
   wire::Result result{true, R"({"out":{"type":"int","value":"1"}})", "out ü", true, "err", false, 12.5, {3, 0, 7},
-                      wire::ErrorDetail{"runtime", "boom", 2, "run", "Traceback...", "r", "cuLaunchKernel", "x.py:3"}};
+                      wire::ErrorDetail{"runtime", "boom", 2, "run", "Traceback...", "r", "cuLaunchKernel", "x.py:3"},
+                      "threads: 3 after the program, 2 before"};
   return {wire::Fork{"GPU-1234"},
           wire::ZygoteReady{{{"python", "3.11"}, {"numpy", "2.0"}}},
           wire::Forked{4242},
@@ -173,7 +174,7 @@ TEST_CASE("a message with other than its own descriptors is refused") {
   CHECK(refusal(R"({"type":"ready"})", 1) == "a 'ready' message came with 1 descriptors instead of 0");
   CHECK(refusal(R"({"type":"blobs","digests":["a","b"],"files":[0,1],"offsets":[0,0],"sizes":[1,1],"file_count":2})", 1).find("instead of 2") != std::string::npos);
   CHECK(refusal(R"({"type":"forked","pid":5})", 0).find("instead of 2") != std::string::npos);
-  std::string result = wire::encode(wire::Result{false, "{}", "", false, "", false, 0, {4}, std::nullopt});
+  std::string result = wire::encode(wire::Result{false, "{}", "", false, "", false, 0, {4}, std::nullopt, ""});
   CHECK(refusal(result, 0).find("instead of 1") != std::string::npos);
 }
 

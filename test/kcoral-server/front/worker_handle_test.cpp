@@ -59,7 +59,7 @@ wire::Result completed(std::vector<std::uint64_t> part_sizes = {}) {
   std::string results = R"({"out":{"type":"int","value":"1"})";
   for (std::size_t i = 0; i < part_sizes.size(); ++i)
     results += R"(,"b)" + std::to_string(i) + R"(":{"type":"bytes","part":"return:)" + std::to_string(i) + "\"}";
-  return {false, results + "}", "printed", false, "", false, 1.5, std::move(part_sizes), std::nullopt};
+  return {false, results + "}", "printed", false, "", false, 1.5, std::move(part_sizes), std::nullopt, ""};
 }
 
 struct Harness {

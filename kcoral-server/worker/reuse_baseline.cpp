@@ -1,0 +1,88 @@
+// ReuseBaseline: a worker's state captured, and compared, between programs.
+#include "reuse_baseline.hpp"
+
+#include <dirent.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdlib>
+
+extern char** environ;
+
+namespace kcoral {
+namespace {
+
+// The numeric entries of a /proc directory (tasks, descriptors), with `dir`'s own
+// descriptor left out.
+std::vector<int> numbered_entries(const char* path) {
+  std::vector<int> out;
+  DIR* dir = ::opendir(path);
+  if (dir == nullptr) return out;
+  int own = ::dirfd(dir);
+  while (dirent* entry = ::readdir(dir)) {
+    char* end = nullptr;
+    long number = std::strtol(entry->d_name, &end, 10);
+    if (end != entry->d_name && *end == '\0' && number != own) out.push_back(static_cast<int>(number));
+  }
+  ::closedir(dir);
+  return out;
+}
+
+std::string link_target(int fd) {
+  std::string path = "/proc/self/fd/" + std::to_string(fd);
+  std::array<char, 4096> target{};
+  ssize_t size = ::readlink(path.c_str(), target.data(), target.size());
+  return size < 0 ? std::string("?") : std::string(target.data(), static_cast<std::size_t>(size));
+}
+
+// The first name in `after` and not in `before` (both sorted), else the first gone.
+std::string first_change(const std::vector<std::string>& before, const std::vector<std::string>& after) {
+  std::vector<std::string> added, removed;
+  std::set_difference(after.begin(), after.end(), before.begin(), before.end(), std::back_inserter(added));
+  if (!added.empty()) return "+" + added.front() + (added.size() > 1 ? " and " + std::to_string(added.size() - 1) + " more" : "");
+  std::set_difference(before.begin(), before.end(), after.begin(), after.end(), std::back_inserter(removed));
+  if (!removed.empty()) return "-" + removed.front() + (removed.size() > 1 ? " and " + std::to_string(removed.size() - 1) + " more" : "");
+  return {};
+}
+
+// NAME only: an environment variable's value may be a secret of the tenant's.
+std::string variable_name(const std::string& change) {
+  return change.substr(0, change.find('='));
+}
+
+}  // namespace
+
+ReuseBaseline ReuseBaseline::capture(Executor& executor) {
+  ReuseBaseline state;
+  state.threads_ = numbered_entries("/proc/self/task").size();
+  for (int fd : numbered_entries("/proc/self/fd")) state.descriptors_.emplace(fd, link_target(fd));
+  for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) state.environment_.emplace_back(*entry);
+  std::sort(state.environment_.begin(), state.environment_.end());
+  state.interpreter_ = executor.interpreter_state();
+  return state;
+}
+
+std::optional<std::string> ReuseBaseline::departure(const ReuseBaseline& now) const {
+  if (now.threads_ != threads_)
+    return "threads: " + std::to_string(now.threads_) + " after the program, " + std::to_string(threads_) + " before";
+  if (now.descriptors_ != descriptors_) {
+    for (const auto& [fd, target] : now.descriptors_) {
+      auto was = descriptors_.find(fd);
+      if (was == descriptors_.end()) return "descriptors: " + std::to_string(fd) + " (" + target + ") left open";
+      if (was->second != target) return "descriptors: " + std::to_string(fd) + " now refers to " + target;
+    }
+    return "descriptors: one the worker had was closed";
+  }
+  if (now.environment_ != environment_)
+    return "environment: " + variable_name(first_change(environment_, now.environment_)) + " changed";
+  if (!now.interpreter_.readable) return "imported modules: the interpreter could not list them";
+  if (now.interpreter_.modules != interpreter_.modules)
+    return "imported modules: " + first_change(interpreter_.modules, now.interpreter_.modules);
+  if (now.interpreter_.gpu_bytes != interpreter_.gpu_bytes)
+    return "GPU memory: torch holds " + std::to_string(now.interpreter_.gpu_bytes) + " bytes, " +
+           std::to_string(interpreter_.gpu_bytes) + " before";
+  return std::nullopt;
+}
+
+}  // namespace kcoral
