@@ -174,7 +174,8 @@ if [[ ${1:-} == contexts || ${1:-} == reuse ]]; then
     read -r name flags <<<"$setting"
     # shellcheck disable=SC2086  # the flags are words
     build/gpu/kcoral-server/kcoral-server --port 0 --python $python --work-root /tmp/kcoral-work-$name \
-      --program-env "PYTHONPATH=$PYTHONPATH" --device gpu --gpus 0 $flags >"$out/server-$name.log" 2>&1 &
+      --program-env "PYTHONPATH=$PYTHONPATH" --device gpu --gpus 0 --log-dir "$out/events-$name" $flags \
+      >"$out/server-$name.log" 2>&1 &
     ctxpids+=($!)
   done
   for setting in "${settings[@]}"; do
@@ -188,6 +189,9 @@ if [[ ${1:-} == contexts || ${1:-} == reuse ]]; then
   for server in "${servers[@]}"; do
     [[ $server == --server ]] || "$python" -c "import sys, httpx; print(sys.argv[1].split('=')[0], [l for l in httpx.get(sys.argv[1].split('=', 1)[1] + '/metrics').text.splitlines() if l.startswith('kcoral_workers_retired_total') and not l.endswith(' 0')])" "$server"
   done | tee -a "$result/$1.md"
+  echo "why workers were retired:" | tee -a "$result/$1.md"
+  cat "$out"/events-*/events.jsonl 2>/dev/null | grep -o '"worker_retired":"[^"]*"' | sort | uniq -c | sort -rn | head |
+    tee -a "$result/$1.md"
   kill -TERM "${ctxpids[@]}" 2>/dev/null
   sleep 2
   exit 0

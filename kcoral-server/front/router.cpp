@@ -201,7 +201,7 @@ HttpResponse finish_execute(const ExecuteJob& job, JobOutcome outcome, ServerSta
   record_execute(state, {job.request_id, job.client, answer.response.http_status, answer.status, {}, error_kind,
                          error_message, &job.program, outcome.timings,
                          std::chrono::duration<double>(Clock::now() - job.received).count(), job.request_bytes,
-                         answer.response.body.size(), job.tenant});
+                         answer.response.body.size(), job.tenant, outcome.worker_retired});
   return make_response(std::move(answer.response), job.request_id, http_version, keep_alive);
 }
 
@@ -243,6 +243,7 @@ void record_execute(ServerState& state, const ExecuteRecord& record) {
                      {"lease_held_ms", record.timings.lease_held_ms}};
   line["request_bytes"] = record.request_bytes;
   line["response_bytes"] = record.response_bytes;
+  if (!record.worker_retired.empty()) line["worker_retired"] = std::string(record.worker_retired.substr(0, 300));
   // ASCII only: U+2028, U+2029 and U+0085 end a line for some readers (JavaScript's, and
   // Python's splitlines), so a client's text must not bring them in raw. Invalid UTF-8
   // becomes U+FFFD.

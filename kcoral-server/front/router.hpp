@@ -95,6 +95,8 @@ struct ExecuteRecord {
   // (an anonymous record). Never none for what the router answers: a request reaches it
   // only once its header passed check_access.
   std::optional<std::size_t> tenant = 0;
+  // Why its reused worker takes no more programs, as the worker said (JobOutcome).
+  std::string_view worker_retired = {};
 };
 void record_execute(ServerState& state, const ExecuteRecord& record);
 // A worker start that failed, for the event log: a line of its own, with `"event":

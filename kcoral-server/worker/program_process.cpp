@@ -150,6 +150,7 @@ int serve_programs(Executor& executor, Courier& courier, const ProgramProcessOpt
     std::optional<Job> job = next_job(courier);
     if (!job) return 0;
     ProgramResult result = run_one(executor, courier, *job, options);
+    job.reset();  // its blobs' memory files closed, as before it came
     // The response is the program's end: nothing it started may outlive it.
     bool left_processes = kill_descendants() > 0;
     std::optional<std::string> retired;

@@ -46,9 +46,10 @@ std::string first_change(const std::vector<std::string>& before, const std::vect
   return {};
 }
 
-// NAME only: an environment variable's value may be a secret of the tenant's.
-std::string variable_name(const std::string& change) {
-  return change.substr(0, change.find('='));
+// The variable's name only: its value may be a secret of the tenant's.
+std::string variable_change(const std::string& change) {
+  std::string name = change.substr(1, change.find('=') - 1);
+  return change.starts_with('+') ? name + " set or changed" : name + " unset";
 }
 
 }  // namespace
@@ -75,7 +76,7 @@ std::optional<std::string> ReuseBaseline::departure(const ReuseBaseline& now) co
     return "descriptors: one the worker had was closed";
   }
   if (now.environment_ != environment_)
-    return "environment: " + variable_name(first_change(environment_, now.environment_)) + " changed";
+    return "environment: " + variable_change(first_change(environment_, now.environment_));
   if (!now.interpreter_.readable) return "imported modules: the interpreter could not list them";
   if (now.interpreter_.modules != interpreter_.modules)
     return "imported modules: " + first_change(interpreter_.modules, now.interpreter_.modules);

@@ -165,7 +165,7 @@ TEST_CASE("nesting past a message's own and floods of values are refused as they
   }
   // The error object is as deep as a message goes.
   auto failed = wire::decode(result_head + R"("part_sizes":[],"error":{"kind":"runtime","message":"m","index":0,)"
-                                           R"("op":"run","traceback":""}})",
+                                           R"("op":"run","traceback":""},"retired":""})",
                              0);
   CHECK(failed.has_value());
 }

@@ -10,14 +10,20 @@ changes one thing, and asks whether the next program runs in the same worker.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
+import numpy as np
 import pytest
 from e2e.harness import Server
 from e2e.programs import call
 
+from kcoral import Program
+
 MARK = """
 import builtins
 
-def mark():
+def mark(*uploads):
     seen = getattr(builtins, "kcoral_test_mark", 0)
     builtins.kcoral_test_mark = seen + 1
     return seen
@@ -40,19 +46,32 @@ CHANGES = {
 
 
 @pytest.fixture(scope="module")
-def checked(start_module_server) -> Server:
-    return start_module_server("--num-workers", "1", "--programs-per-worker", "100")
+def log_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("events")
 
 
-def marks(server: Server) -> int:
+@pytest.fixture(scope="module")
+def checked(start_module_server, log_dir) -> Server:
+    return start_module_server("--num-workers", "1", "--programs-per-worker", "100", "--log-dir", str(log_dir))
+
+
+def marks(server: Server, *uploads: bytes | np.ndarray) -> int:
     """The worker's mark before this program's (0: a fresh worker)."""
-    return server.execute(call(MARK, "mark")).raise_for_error()["out"]
+    program = Program()
+    module = program.upload(id="m", kind="module", source=MARK)
+    function = program.get_function(id="f", module=module, name="mark")
+    args = [program.upload(kind="bytes", value=value) if isinstance(value, bytes)
+            else program.upload(kind="tensor", value=value) for value in uploads]
+    program.return_(key="out", value=program.run(id="r", fn=function, args=args))
+    return server.execute(program).raise_for_error()["out"]
 
 
 def test_programs_that_change_nothing_share_the_worker(checked):
     first = marks(checked)
     assert marks(checked) == first + 1
-    assert marks(checked) == first + 2
+    # Uploads come in memory files of their own, closed with the program.
+    assert marks(checked, b"x" * 100_000, np.arange(4096, dtype=np.float32)) == first + 2
+    assert marks(checked) == first + 3
     assert "retired as soon as one leaves its threads" in checked.stderr_text()
 
 
@@ -66,8 +85,12 @@ def test_a_program_that_changes_the_worker_retires_it(checked, changed):
     assert checked.metric(f'kcoral_workers_retired_total{{changed="{changed}"}}') == before + 1
 
 
-def test_a_retirement_names_no_value_of_the_program(checked):
-    checked.execute(call(CHANGES["environment"], "change")).raise_for_error()
+def test_the_event_log_says_why_and_names_no_value_of_the_program(checked, log_dir):
+    request_id = checked.execute(call(CHANGES["environment"], "change")).raise_for_error().request_id
+    events = [json.loads(line) for line in (log_dir / "events.jsonl").read_text().splitlines()]
+    [event] = [event for event in events if event["request_id"] == request_id]
+    assert event["worker_retired"] == "environment: KCORAL_TEST_LEFT set or changed"
+    assert "secret value" not in (log_dir / "events.jsonl").read_text()
     assert "secret value" not in checked.get("/metrics").text
     assert "secret value" not in checked.stderr_text()
 
