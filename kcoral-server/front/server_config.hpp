@@ -64,8 +64,10 @@ struct ServerConfig {
   std::string python;          // empty: the worker's own choice
   // What the worker parent imports once, before it forks the workers, of what its Python
   // has installed (each only if its import leaves CUDA untouched): programs do not pay it.
+  // kcoral.builtins (benchmark, compile_tirx) brings the kcoral package and its client's
+  // modules: some 170 that a reused worker would otherwise see a program import.
   std::vector<std::string> preload{"numpy", "torch", "triton", "tvm", "tvm.script.tirx", "tvm_ffi", "cutlass",
-                                   "cutlass.cute"};
+                                   "cutlass.cute", "kcoral.builtins"};
   std::string token_file;      // tenants and their bearer tokens (tenants.hpp); empty: no access control
   std::string log_dir;         // the event log's directory; empty: no event log
   std::uint64_t log_max_bytes = 64ull << 20;

@@ -335,15 +335,18 @@ def _cuda_answered_by_the_server(gpu: bool) -> Iterator[None]:
 def reuse_state() -> tuple[list[str], int]:
     """What a program may leave in this interpreter for the next one in the same worker:
     the names in sys.modules, sorted, and the bytes of GPU memory torch's allocator has
-    given out (live tensors; collected garbage first, when there are any)."""
+    given out (live tensors).
+
+    Garbage is collected first: what a program's reference cycles hold (an upload's
+    memory map and its descriptor, a tensor) is not state it left, only state not yet
+    freed. Cheap: the worker parent froze everything it made (gc.freeze).
+    """
+    gc.collect()
     names = sorted(name for name in list(sys.modules) if isinstance(name, str))
     torch = sys.modules.get("torch")
     gpu_bytes = 0
     if torch is not None and torch.cuda.is_initialized():
         gpu_bytes = torch.cuda.memory_allocated()
-        if gpu_bytes:
-            gc.collect()
-            gpu_bytes = torch.cuda.memory_allocated()
     return names, gpu_bytes
 
 
