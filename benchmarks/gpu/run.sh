@@ -189,6 +189,10 @@ if [[ ${1:-} == contexts || ${1:-} == reuse ]]; then
   for server in "${servers[@]}"; do
     [[ $server == --server ]] || "$python" -c "import sys, httpx; print(sys.argv[1].split('=')[0], [l for l in httpx.get(sys.argv[1].split('=', 1)[1] + '/metrics').text.splitlines() if l.startswith('kcoral_workers_retired_total') and not l.endswith(' 0')])" "$server"
   done | tee -a "$result/$1.md"
+  if [[ ${1} == reuse ]]; then  # the GPU tests that need no more than torch, on reused workers
+    KCORAL_GPU_URL=${servers[1]#*=} timeout 300 "$python" -m pytest -q -p no:cacheprovider test/python/gpu/test_gpu.py \
+      -k "tensor or benchmark or cpu_only" 2>&1 | tail -5 | tee -a "$result/$1.md"
+  fi
   echo "why workers were retired:" | tee -a "$result/$1.md"
   cat "$out"/events-*/events.jsonl 2>/dev/null | grep -o '"worker_retired":"[^"]*"' | sort | uniq -c | sort -rn | head |
     tee -a "$result/$1.md"

@@ -65,9 +65,10 @@ struct ServerConfig {
   // What the worker parent imports once, before it forks the workers, of what its Python
   // has installed (each only if its import leaves CUDA untouched): programs do not pay it.
   // kcoral.builtins (benchmark, compile_tirx) brings the kcoral package and its client's
-  // modules: some 170 that a reused worker would otherwise see a program import.
+  // modules: some 170 that a reused worker would otherwise see a program import; and
+  // kcoral._native, which benchmark() imports when first called.
   std::vector<std::string> preload{"numpy", "torch", "triton", "tvm", "tvm.script.tirx", "tvm_ffi", "cutlass",
-                                   "cutlass.cute", "kcoral.builtins"};
+                                   "cutlass.cute", "kcoral.builtins", "kcoral._native"};
   std::string token_file;      // tenants and their bearer tokens (tenants.hpp); empty: no access control
   std::string log_dir;         // the event log's directory; empty: no event log
   std::uint64_t log_max_bytes = 64ull << 20;

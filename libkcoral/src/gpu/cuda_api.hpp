@@ -32,6 +32,7 @@ struct DriverApi {
   decltype(&::cuMemAlloc) cuMemAlloc;
   decltype(&::cuMemFree) cuMemFree;
   decltype(&::cuMemsetD8Async) cuMemsetD8Async;
+  decltype(&::cuMemcpyHtoD) cuMemcpyHtoD;
   decltype(&::cuGetErrorName) cuGetErrorName;
   decltype(&::cuGetErrorString) cuGetErrorString;
 };

@@ -36,11 +36,23 @@ class GpuDevice final : public Device {
     PyRef shape = KCORAL_PY_CHECK(PyList_New(0));
     for (std::int64_t extent : upload.shape)
       KCORAL_PY_CHECK(PyList_Append(shape.get(), PyRef::steal(PyLong_FromLongLong(extent)).get()));
-    PyRef buffer = private_buffer(blob);
     std::string dtype(to_wire(upload.dtype));
-    return KCORAL_PY_CHECK(PyObject_CallMethod(support_.get(), "make_cuda_tensor", "Os#O", buffer.get(),
-                                               dtype.data(), static_cast<Py_ssize_t>(dtype.size()),
-                                               shape.get()));
+    PyRef tensor = KCORAL_PY_CHECK(PyObject_CallMethod(support_.get(), "empty_cuda_tensor", "s#O", dtype.data(),
+                                                       static_cast<Py_ssize_t>(dtype.size()), shape.get()));
+    if (blob.size() == 0) return tensor;
+    // Straight from the upload's mapping, which outlives the call: nothing of the upload
+    // (a Python buffer, its descriptor) is left for torch to hold after the program.
+    PyRef address = KCORAL_PY_CHECK(PyObject_CallMethod(tensor.get(), "data_ptr", nullptr));
+    PyRef bytes = KCORAL_PY_CHECK(PyObject_GetAttrString(tensor.get(), "nbytes"));
+    unsigned long long pointer = PyLong_AsUnsignedLongLong(address.get());
+    if (PyErr_Occurred() || PyLong_AsSize_t(bytes.get()) != blob.size()) {
+      PyErr_Clear();
+      throw InstructionFailure{ErrorKind::engine, "the CUDA tensor for an upload is not its size", ""};
+    }
+    if (CUresult copied = cuda_.cuMemcpyHtoD(static_cast<CUdeviceptr>(pointer), blob.view().data(), blob.size());
+        copied != CUDA_SUCCESS)
+      throw InstructionFailure{ErrorKind::runtime, gpu::describe(copied, "cuMemcpyHtoD"), ""};
+    return tensor;
   }
 
   PyRef load_library(const std::string& path) override {

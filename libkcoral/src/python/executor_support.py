@@ -121,15 +121,11 @@ def prepare_cuda() -> None:
     torch.cuda.synchronize()
 
 
-def make_cuda_tensor(buffer, dtype: str, shape: list[int]):
-    """A CUDA torch tensor holding ``buffer``'s bytes: one host-to-device copy."""
+def empty_cuda_tensor(dtype: str, shape: list[int]):
+    """A CUDA torch tensor for an upload's bytes, which the executor copies into it."""
     import torch
 
-    torch_dtype = getattr(torch, dtype)
-    if buffer is None:
-        return torch.zeros(shape, dtype=torch_dtype, device="cuda")
-    host = torch.frombuffer(buffer, dtype=torch.uint8)
-    return host.view(torch_dtype).reshape(shape).to("cuda")
+    return torch.empty(shape, dtype=getattr(torch, dtype), device="cuda")
 
 
 def load_library(path: str):
