@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include <optional>
+#include <set>
 
 #include "process_tree.hpp"
 #include "remote_lease.hpp"
@@ -101,8 +102,10 @@ std::optional<std::string> retirement(const ProgramResult& result, bool left_pro
                                       const std::optional<ReuseBaseline>& baseline, Executor& executor) {
   if (result.device_lost) return "CUDA context: lost to a sticky error";
   if (left_processes) return "processes: the program left some running";
-  if (baseline) return baseline->departure(ReuseBaseline::capture(executor));
-  return std::nullopt;
+  if (!baseline) return std::nullopt;
+  std::set<int> answer;  // the returned values' memory files, held until the result is sent
+  for (const Blob& part : result.parts) answer.insert(part.fd());
+  return baseline->departure(ReuseBaseline::capture(executor, answer));
 }
 
 Status send_result(Courier& courier, const ProgramResult& result, bool continues, std::string retired) {

@@ -54,10 +54,11 @@ std::string variable_change(const std::string& change) {
 
 }  // namespace
 
-ReuseBaseline ReuseBaseline::capture(Executor& executor) {
+ReuseBaseline ReuseBaseline::capture(Executor& executor, const std::set<int>& answer_descriptors) {
   ReuseBaseline state;
   state.threads_ = numbered_entries("/proc/self/task").size();
-  for (int fd : numbered_entries("/proc/self/fd")) state.descriptors_.emplace(fd, link_target(fd));
+  for (int fd : numbered_entries("/proc/self/fd"))
+    if (!answer_descriptors.contains(fd)) state.descriptors_.emplace(fd, link_target(fd));
   for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) state.environment_.emplace_back(*entry);
   std::sort(state.environment_.begin(), state.environment_.end());
   state.interpreter_ = executor.interpreter_state();

@@ -19,6 +19,7 @@
 #include <cstddef>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -28,7 +29,9 @@ namespace kcoral {
 
 class ReuseBaseline {
  public:
-  [[nodiscard]] static ReuseBaseline capture(Executor& executor);
+  // `answer_descriptors`: those the worker holds for the answer it is about to send (the
+  // returned values' memory files), left out.
+  [[nodiscard]] static ReuseBaseline capture(Executor& executor, const std::set<int>& answer_descriptors = {});
 
   // How `now` differs from this baseline, for a person ("a thread was left running: 3
   // threads, 2 before"); nullopt when it does not.
