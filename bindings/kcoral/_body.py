@@ -36,13 +36,17 @@ def read_body(
     *,
     truncate: bool = False,
     advice: str = "",
-) -> bytes:
+) -> bytes | bytearray:
     """The decoded body of a streamed ``response``, at most ``limit`` bytes.
 
     Past the limit: ProtocolError naming ``what`` (``"POST /execute"``), the limit and
     ``advice`` (how to raise it), or with ``truncate`` the first ``limit`` bytes. Raises
     ProtocolError for an unknown or undecodable content coding, DeadlineExceeded when
     ``deadline`` passes before the body ends, and lets httpx's errors through.
+
+    A body of declared length in no coding is read into one buffer of that length as it
+    arrives (a bytearray), so a large answer is copied once, while it comes, not again
+    after its last byte.
     """
     if response.is_stream_consumed:
         # A transport that read the body itself (httpx.MockTransport given content=, say)
@@ -56,6 +60,8 @@ def read_body(
     if not decoders and not truncate and declared.isdigit() and len(declared) < 20:
         if int(declared) > limit:
             raise _too_large(what, limit, advice, f" (it declares {int(declared)} bytes)")
+    if not decoders and not truncate and declared.isdigit() and len(declared) < 20:
+        return _read_declared(response, int(declared), what, deadline)
     # The pieces are joined once at the end: one copy of the body, however large.
     body: list[bytes] = []
     size = 0
@@ -89,6 +95,28 @@ def read_body(
     except (zlib.error, ValueError) as error:
         raise ProtocolError(f"{what}: undecodable {_names(response)} body: {error}") from error
     return b"".join(body)
+
+
+def _read_declared(response: httpx.Response, length: int, what: str, deadline: Deadline) -> bytearray:
+    """A body of ``length`` bytes (its Content-Length, within the limit) in no coding."""
+    body = bytearray(length)
+    view = memoryview(body)
+    size = 0
+    for raw in response.iter_raw():
+        if deadline.passed():
+            raise DeadlineExceeded(
+                f"{what}: the answer was not complete within the call's deadline of "
+                f"{deadline.seconds:g} s"
+            )
+        # h11 delivers no more than the declared length; checked all the same.
+        if size + len(raw) > length:
+            raise ProtocolError(f"{what}: the answer is longer than its Content-Length")
+        view[size : size + len(raw)] = raw
+        size += len(raw)
+    view.release()
+    if size < length:
+        del body[size:]
+    return body
 
 
 def _codings(response: httpx.Response, what: str) -> list[int]:

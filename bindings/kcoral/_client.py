@@ -321,7 +321,7 @@ class Client:
         read_seconds: float | None,
         limit: int,
         **kwargs: Any,
-    ) -> tuple[int, httpx.Headers, bytes]:
+    ) -> tuple[int, httpx.Headers, bytes | bytearray]:
         """One request and its whole answer, (status, headers, decoded body), by ``deadline``.
 
         The answer of a 200 may hold ``limit`` bytes; an error answer's first

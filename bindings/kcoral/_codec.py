@@ -50,7 +50,7 @@ def dumps_json(value: Any) -> bytes:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
 
 
-def loads_json(data: bytes | str) -> Any:
+def loads_json(data: bytes | bytearray | str) -> Any:
     """Parse JSON strictly; ValueError for what the wire does not allow.
 
     Refused: duplicate object keys, NaN and Infinity, numbers beyond a float (``1e400``),
@@ -84,7 +84,7 @@ def loads_json(data: bytes | str) -> Any:
                              "is beyond a float")
         return value
 
-    text = data.decode("utf-8") if isinstance(data, bytes) else data
+    text = data.decode("utf-8") if isinstance(data, (bytes, bytearray)) else data
     # json.JSONDecodeError and UnicodeDecodeError are both ValueErrors.
     try:
         return json.loads(
@@ -203,7 +203,7 @@ def multipart_chunks(parts: list[Part]) -> tuple[str, list[bytes]]:
     return f"multipart/form-data; boundary={boundary}", chunks
 
 
-def decode_multipart(content_type: str, body: bytes) -> list[Part]:
+def decode_multipart(content_type: str, body: bytes | bytearray) -> list[Part]:
     """Parse a multipart/form-data body with CRLF framing; ValueError when malformed.
 
     Every part must carry exactly one ``Content-Disposition: form-data; name=...`` and one
@@ -237,7 +237,9 @@ def decode_multipart(content_type: str, body: bytes) -> list[Part]:
         payload_end = body.find(b"\r\n" + delimiter, payload_start)
         if payload_end < 0:
             raise ValueError("multipart part is not terminated by a boundary")
-        parts.append(_make_part(header_block, body[payload_start:payload_end]))
+        # One copy of each payload, as bytes, whatever the body is.
+        payload = bytes(memoryview(body)[payload_start:payload_end])
+        parts.append(_make_part(bytes(header_block), payload))
         position = payload_end + 2 + len(delimiter)
     if not parts:
         raise ValueError("multipart body has no parts")

@@ -98,7 +98,7 @@ class CacheMiss:
 def decode_response(
     status_code: int,
     content_type: str | None,
-    body: bytes,
+    body: bytes | bytearray,
     headers_get: Callable[[str], str | None],
 ) -> CacheMiss | ProgramResult:
     """Decode one /execute response; raises ServerError (HTTP errors) or ProtocolError.
@@ -123,7 +123,7 @@ def decode_response(
 
 
 def error_from_response(
-    status_code: int, body: bytes, headers_get: Callable[[str], str | None]
+    status_code: int, body: bytes | bytearray, headers_get: Callable[[str], str | None]
 ) -> ServerError:
     """The ServerError for an HTTP error response, tolerating bodies not written by KCoral.
 
@@ -157,7 +157,7 @@ def error_from_response(
     return server_error(status_code, kind, message, request_id, retry_after)
 
 
-def _split_body(content_type: str | None, body: bytes) -> tuple[dict[str, Any], dict[str, bytes]]:
+def _split_body(content_type: str | None, body: bytes | bytearray) -> tuple[dict[str, Any], dict[str, bytes]]:
     """(result document, binary parts by name) of a 200 response."""
     media_type = (content_type or "").partition(";")[0].strip().lower()
     parts: dict[str, bytes] = {}
