@@ -13,13 +13,13 @@ extern char** environ;
 namespace kcoral {
 namespace {
 
-// The numeric entries of a /proc directory (tasks, descriptors), with `dir`'s own
-// descriptor left out.
-std::vector<int> numbered_entries(const char* path) {
+// The numeric entries of a /proc directory: thread ids, or (`descriptors`) this process's
+// descriptors but the one reading the directory.
+std::vector<int> numbered_entries(const char* path, bool descriptors) {
   std::vector<int> out;
   DIR* dir = ::opendir(path);
   if (dir == nullptr) return out;
-  int own = ::dirfd(dir);
+  int own = descriptors ? ::dirfd(dir) : -1;
   while (dirent* entry = ::readdir(dir)) {
     char* end = nullptr;
     long number = std::strtol(entry->d_name, &end, 10);
@@ -56,8 +56,8 @@ std::string variable_change(const std::string& change) {
 
 ReuseBaseline ReuseBaseline::capture(Executor& executor, const std::set<int>& answer_descriptors) {
   ReuseBaseline state;
-  state.threads_ = numbered_entries("/proc/self/task").size();
-  for (int fd : numbered_entries("/proc/self/fd"))
+  state.threads_ = numbered_entries("/proc/self/task", false).size();
+  for (int fd : numbered_entries("/proc/self/fd", true))
     if (!answer_descriptors.contains(fd)) state.descriptors_.emplace(fd, link_target(fd));
   for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) state.environment_.emplace_back(*entry);
   std::sort(state.environment_.begin(), state.environment_.end());

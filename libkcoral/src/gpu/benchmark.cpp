@@ -109,8 +109,8 @@ Result<BenchmarkReport> run_benchmark(const BenchmarkCall& call, const Benchmark
   // iterations' wall time, flushes and drains included, not the calls' alone: for a
   // microsecond kernel the flush and the drains cost more than the call.
   auto timed_iteration = [&]() -> Result<double> {
-    if (auto status = fence(); !status) return std::unexpected(status.error());
     Clock::time_point started = Clock::now();
+    if (auto status = fence(); !status) return std::unexpected(status.error());
     if (auto status = call(); !status) return std::unexpected(status.error());
     KCORAL_CU_TRY(cuda->cuCtxSynchronize());
     return std::chrono::duration<double, std::milli>(Clock::now() - started).count();
