@@ -1,15 +1,15 @@
 // Courier: a thread with its own descriptor table, relaying messages in memory.
 #include "courier.hpp"
 
+#include "descriptor_table.hpp"
+
 #include <fcntl.h>
-#include <linux/close_range.h>
 #include <poll.h>
 #include <sched.h>
 #include <sys/eventfd.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <string>
@@ -28,16 +28,6 @@ Result<UniqueFd> reopen(pid_t tid, int fd) {
   UniqueFd reopened(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!reopened) return system_error("reopening " + path);
   return reopened;
-}
-
-// Closes every descriptor of this thread's table but `keep` (ascending).
-void close_all_but(const std::vector<int>& keep) {
-  unsigned first = 0;
-  for (int fd : keep) {
-    if (static_cast<unsigned>(fd) > first) ::syscall(SYS_close_range, first, static_cast<unsigned>(fd) - 1, 0);
-    first = static_cast<unsigned>(fd) + 1;
-  }
-  ::syscall(SYS_close_range, first, ~0u, 0);
 }
 
 }  // namespace
@@ -79,7 +69,7 @@ void Courier::loop(UniqueFd channel_fd) {
     started = system_error("unshare(CLONE_FILES)");
   } else {
     int a = channel_fd.get(), b = wake_.get();
-    close_all_but({std::min(a, b), std::max(a, b)});
+    close_descriptors_except({a, b});
   }
   {
     std::lock_guard lock(mutex_);

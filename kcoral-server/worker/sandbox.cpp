@@ -29,6 +29,7 @@
 #include <random>
 
 #include "cgroup_layout.hpp"
+#include "descriptor_table.hpp"
 #include "sandbox_layout.hpp"
 #include "seccomp_filter.hpp"
 
@@ -636,14 +637,7 @@ Result<std::string> Sandbox::enter(std::vector<int> keep, const std::string& vis
   for (int fd = 0; fd < 3; ++fd)
     if (::dup2(null.get(), fd) < 0) return system_error("redirecting a standard stream");
   keep.push_back(null.get());
-  std::sort(keep.begin(), keep.end());
-  unsigned first = 3;
-  for (int fd : keep) {
-    if (fd < 3) continue;
-    if (static_cast<unsigned>(fd) > first) ::syscall(SYS_close_range, first, static_cast<unsigned>(fd) - 1, 0);
-    first = static_cast<unsigned>(fd) + 1;
-  }
-  ::syscall(SYS_close_range, first, ~0u, 0);
+  close_descriptors_except(keep, 3);
   null.reset();
 
   // The user: no supplementary groups, then a namespace whose one user the zygote maps to

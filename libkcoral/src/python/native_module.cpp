@@ -76,12 +76,13 @@ PyObject* execute(PyObject*, PyObject* args) {
 #ifdef KCORAL_HAVE_CUDA
 // Raises RuntimeError carrying the error's kind (kcoral_error_kind), as the executor reads it.
 PyObject* raise_error(const kcoral::Error& error) {
-  PyObject* exception = PyObject_CallFunction(PyExc_RuntimeError, "s", error.message.c_str());
-  if (exception == nullptr) return nullptr;
+  kcoral::python::PyRef exception =
+      kcoral::python::PyRef::steal(PyObject_CallFunction(PyExc_RuntimeError, "s", error.message.c_str()));
+  if (!exception) return nullptr;
   std::string kind(kcoral::to_wire(error.kind));
-  PyObject_SetAttrString(exception, "kcoral_error_kind", PyUnicode_FromString(kind.c_str()));
-  PyErr_SetObject(PyExc_RuntimeError, exception);
-  Py_DECREF(exception);
+  kcoral::python::PyRef name = kcoral::python::PyRef::steal(PyUnicode_FromString(kind.c_str()));
+  if (!name || PyObject_SetAttrString(exception.get(), "kcoral_error_kind", name.get()) != 0) return nullptr;
+  PyErr_SetObject(PyExc_RuntimeError, exception.get());
   return nullptr;
 }
 
@@ -131,6 +132,7 @@ PyObject* benchmark(PyObject*, PyObject* args) {
     last = count - 1;
   }
   kcoral::python::PyRef call_args = kcoral::python::PyRef::steal(PyTuple_GetSlice(args, 1, last));
+  if (!call_args) return nullptr;
   bool python_failed = false;
   auto call = [&]() -> kcoral::Status {
     PyObject* result = PyObject_Call(function, call_args.get(), nullptr);
@@ -141,7 +143,16 @@ PyObject* benchmark(PyObject*, PyObject* args) {
     Py_DECREF(result);
     return {};
   };
-  auto report = kcoral::gpu::run_benchmark(call, config);
+  // No C++ exception may cross into the interpreter (it would end the process): out of
+  // memory while recording, say, is this call's error.
+  kcoral::Result<kcoral::gpu::BenchmarkReport> report =
+      kcoral::fail(kcoral::ErrorKind::runtime, "benchmark: not run");
+  try {
+    report = kcoral::gpu::run_benchmark(call, config);
+  } catch (const std::exception& e) {
+    if (python_failed) return nullptr;
+    return raise_error({kcoral::ErrorKind::runtime, std::string("benchmark: ") + e.what()});
+  }
   if (!report) return python_failed ? nullptr : raise_error(report.error());
   auto optional_clock = [](const std::optional<unsigned>& mhz) {
     return mhz ? PyLong_FromUnsignedLong(*mhz) : Py_NewRef(Py_None);
