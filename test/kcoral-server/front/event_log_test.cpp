@@ -133,6 +133,27 @@ TEST_CASE("line separators and every other non-ASCII character are escaped; inva
   CHECK(line["error"]["message"] == "a\u2028b\u2029c\u0085d \u00e9 \ufffd!");
 }
 
+TEST_CASE("a worker's retirement reason is one line of ASCII, cut at 300 bytes; none is no field") {
+  kcoral::test::TempDir dir;
+  ServerFixture server;
+  auto events = open_log({dir.path(), 1 << 20, 2});
+  server.state.event_log = events.get();
+  // The worker wrote it: a megabyte of line breaks, separators and invalid UTF-8.
+  std::string reason;
+  while (reason.size() < (1u << 20)) reason += "\n\u2028\xff\r";
+  kcoral::ExecuteRecord retired = record_of("retired", 200, "COMPLETED");
+  retired.worker_retired = reason;
+  kcoral::record_execute(server.state, retired);
+  kcoral::record_execute(server.state, record_of("kept", 200, "COMPLETED"));
+  auto lines = lines_of(dir / "events.jsonl");
+  REQUIRE(lines.size() == 2);
+  CHECK(lines[0].size() < 4000);
+  CHECK(std::all_of(lines[0].begin(), lines[0].end(), [](char c) { return static_cast<unsigned char>(c) < 0x80; }));
+  Json first = Json::parse(lines[0]);
+  CHECK(first["worker_retired"].get<std::string>().starts_with("\n\u2028"));
+  CHECK_FALSE(Json::parse(lines[1]).contains("worker_retired"));
+}
+
 TEST_CASE("a line names its tenant by the operator's name, never its token; an anonymous one by none") {
   kcoral::test::TempDir dir;
   ServerFixture server(*kcoral::Tenants::parse("alice token-of-alice\nbob token-of-bob\n", "tokens"));

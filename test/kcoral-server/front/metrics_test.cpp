@@ -60,6 +60,26 @@ TEST_CASE("outcomes are counted by label and unknown labels count as other") {
   CHECK(sample(text, "kcoral_execute_duration_seconds_count") == "4");
 }
 
+TEST_CASE("retired workers are counted by the kind their reason names, anything else as other") {
+  kcoral::Metrics metrics;
+  kcoral::BlobStore blobs(100);
+  metrics.record_worker_retired("threads: 3 after the program, 2 before");
+  metrics.record_worker_retired("imported modules: +colorsys");
+  metrics.record_worker_retired("threads");  // no detail
+  // A worker writes its reason: one that names no kind, or hides a label's text, is other.
+  metrics.record_worker_retired("other: x");
+  metrics.record_worker_retired(std::string(1 << 20, 'A') + "threads: x");
+  metrics.record_worker_retired("threads\"} 99\nkcoral_injected 1: x");
+  metrics.record_worker_retired("");
+  const std::string text = metrics.render({}, blobs);
+  CHECK(sample(text, "kcoral_workers_retired_total{changed=\"threads\"}") == "2");
+  CHECK(sample(text, "kcoral_workers_retired_total{changed=\"imported modules\"}") == "1");
+  CHECK(sample(text, "kcoral_workers_retired_total{changed=\"descriptors\"}") == "0");
+  CHECK(sample(text, "kcoral_workers_retired_total{changed=\"other\"}") == "4");
+  CHECK(text.find("kcoral_injected") == std::string::npos);
+  CHECK(text.size() < 100000);
+}
+
 TEST_CASE("the latency histogram is cumulative, bounds included") {
   kcoral::Metrics metrics;
   kcoral::BlobStore blobs(100);

@@ -492,6 +492,32 @@ TEST_CASE("a worker may take another program only as many times as the server al
   }
 }
 
+TEST_CASE("a reused worker's retirement reason is passed on only when it stops, as the worker wrote it") {
+  // The reason is the worker's own text: an attacker's. The front passes it on; the event
+  // log cuts it and the metrics count it by a fixed set of labels (router, metrics tests).
+  SUBCASE("it continues: a reason it also sends is dropped") {
+    Harness h(2);
+    h.take(make_job());
+    wire::Result result = completed();
+    result.continues = true;
+    result.retired = "threads: but it continues";
+    h.send(result);
+    REQUIRE(h.pump([&] { return h.outcome.has_value(); }));
+    CHECK(h.outcome->worker_retired.empty());
+    CHECK(!h.gone);
+  }
+  SUBCASE("it stops: a large reason with control bytes reaches the outcome, and the worker is let go") {
+    Harness h(2);
+    h.take(make_job());
+    wire::Result result = completed();
+    result.retired = std::string(100 << 10, '\x1b') + std::string("\n\0threads: x", 12);  // within the frame limit, escaped
+    h.send(result);
+    REQUIRE(h.pump([&] { return h.outcome.has_value() && h.gone; }));
+    CHECK(h.outcome->result.has_value());
+    CHECK(h.outcome->worker_retired == result.retired);
+  }
+}
+
 TEST_CASE("a job past its deadline is answered timeout and its process killed") {
   Harness h;
   h.take(make_job(0.05));

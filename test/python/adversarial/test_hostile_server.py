@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 import kcoral._client
-from kcoral import Client, DeadlineExceeded, Program, ProtocolError, _cli
+from kcoral import Client, DeadlineExceeded, Program, ProtocolError, TransportError, _cli
 from kcoral._codec import Part, encode_multipart, sha256_hex
 
 MiB = 1 << 20
@@ -229,6 +229,32 @@ def test_a_plain_answer_over_the_limit_is_refused_by_its_declared_length(hostile
         _, error, elapsed = run_within(10, lambda: client.execute(program()))
     assert isinstance(error, ProtocolError) and "declares 67108864 bytes" in str(error), error
     assert elapsed < 5
+
+
+def test_an_answer_cut_short_of_its_declared_length_is_an_error_not_a_short_body(hostile):
+    # The client reads a declared length into one buffer of that size as it comes: a server
+    # that promises 64 MiB, sends 1 and hangs up must not leave a zero-filled tail behind.
+    def answer(exchange: Exchange) -> bool:
+        exchange.read_body()
+        exchange.send(head(Content_Type="application/json", Content_Length=64 * MiB) + b"{" * MiB)
+        exchange.conn.shutdown(socket.SHUT_RDWR)
+        return False
+
+    server = hostile(answer)
+    with Client(server.url) as client:
+        _, error, _ = run_within(20, lambda: client.execute(program()))
+    assert isinstance(error, TransportError), repr(error)
+
+
+def test_a_large_answer_of_declared_length_comes_back_whole(hostile):
+    data = bytes(range(256)) * (48 * MiB // 256)
+    node = {"type": "bytes", "part": "return:0", "sha256": sha256_hex(data)}
+    body, content_type = multipart(completed({"b": node}), data)
+    server = hostile(answer_with(body, content_type))
+    with Client(server.url) as client:
+        result, error, _ = run_within(60, lambda: client.execute(program()))
+    assert error is None, repr(error)
+    assert type(result["b"]) is bytes and result["b"] == data
 
 
 @pytest.mark.parametrize("coding", ["br", "zstd", "gzip, gzip, gzip", "compress"])
