@@ -145,14 +145,13 @@ PyObject* benchmark(PyObject*, PyObject* args) {
   };
   // No C++ exception may cross into the interpreter (it would end the process): out of
   // memory while recording, say, is this call's error.
-  kcoral::Result<kcoral::gpu::BenchmarkReport> report =
-      kcoral::fail(kcoral::ErrorKind::runtime, "benchmark: not run");
-  try {
-    report = kcoral::gpu::run_benchmark(call, config);
-  } catch (const std::exception& e) {
-    if (python_failed) return nullptr;
-    return raise_error({kcoral::ErrorKind::runtime, std::string("benchmark: ") + e.what()});
-  }
+  auto report = [&]() -> kcoral::Result<kcoral::gpu::BenchmarkReport> {
+    try {
+      return kcoral::gpu::run_benchmark(call, config);
+    } catch (const std::exception& e) {
+      return kcoral::fail(kcoral::ErrorKind::runtime, std::string("benchmark: ") + e.what());
+    }
+  }();
   if (!report) return python_failed ? nullptr : raise_error(report.error());
   auto optional_clock = [](const std::optional<unsigned>& mhz) {
     return mhz ? PyLong_FromUnsignedLong(*mhz) : Py_NewRef(Py_None);
