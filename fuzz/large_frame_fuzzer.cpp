@@ -21,14 +21,16 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   // costs three instrumented passes of nlohmann (decode, encode, decode).
   std::string text = kcoral::fuzz::large_text(data + 1, size - 1, kcoral::fuzz::kMaxLargeText, 1024);
   std::string frame;
-  switch (data[0] % 4) {
+  switch (data[0] % 5) {
     case 0: frame = text; break;  // the frame itself
     case 1: frame = R"({"type":"progress","index":)" + text + "}"; break;
-    default: {  // a result whose returned values (or output) are the text, quoted as JSON
+    default: {  // a result whose returned values, output or retirement reason are the text, quoted
       std::string quoted = nlohmann::json(text).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-      frame = std::string(R"({"type":"result","continues":false,"results":)") +
-              (data[0] % 4 == 2 ? quoted : "\"{}\"") + R"(,"stdout":)" + (data[0] % 4 == 3 ? quoted : "\"\"") +
-              R"(,"stdout_truncated":false,"stderr":"","stderr_truncated":false,"elapsed_ms":0,"part_sizes":[]})";
+      int field = data[0] % 5;
+      frame = std::string(R"({"type":"result","continues":false,"results":)") + (field == 2 ? quoted : "\"{}\"") +
+              R"(,"stdout":)" + (field == 3 ? quoted : "\"\"") +
+              R"(,"stdout_truncated":false,"stderr":"","stderr_truncated":false,"elapsed_ms":0,"part_sizes":[])" +
+              R"(,"retired":)" + (field == 4 ? quoted : "\"\"") + "}";
     }
   }
   auto message = kcoral::wire::decode(frame, 0);

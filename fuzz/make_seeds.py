@@ -150,11 +150,12 @@ ONE_OF_EACH = [
     {"type": "failed", "message": "cannot prepare"},
     {"type": "result", "continues": True, "results": '{"out":{"type":"integer","value":1}}',
      "stdout": "out", "stdout_truncated": False, "stderr": "", "stderr_truncated": True,
-     "elapsed_ms": 12.5, "part_sizes": [3, 0]},
+     "elapsed_ms": 12.5, "part_sizes": [3, 0], "retired": ""},
     {"type": "result", "continues": False, "results": "{}", "stdout": "", "stdout_truncated": False,
      "stderr": "Traceback", "stderr_truncated": False, "elapsed_ms": 0.25, "part_sizes": [],
      "error": {"kind": "gpu_access", "message": "m", "index": 1, "op": "run", "traceback": "tb",
-               "id": "x", "cuda_call": "cuMemAlloc", "location": "k.py:3"}},
+               "id": "x", "cuda_call": "cuMemAlloc", "location": "k.py:3"},
+     "retired": "threads: 3 after the program, 2 before"},
 ]
 
 
