@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -84,6 +85,19 @@ void remove_group(const std::string& directory) {
       if (pid > 0) ::kill(static_cast<pid_t>(pid), SIGKILL);
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
+}
+
+// The server's own group, made or found. Found, it is most likely a killed server's of the
+// same process id, whose groups nobody removed: its empty program groups go, or this
+// server's first program group would collide with one of them. A group with processes in
+// it stays (another server of this id, in another PID namespace, may be using it), and
+// the collision is then reported when a worker needs the group.
+Status make_server_group(const std::string& path) {
+  if (auto made = make_directory(path); !made) return made;
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(path, error))
+    if (entry.is_directory(error) && !entry.is_symlink(error)) (void)::rmdir(entry.path().c_str());
+  return {};
 }
 
 std::string parent_of(const std::string& directory) { return directory.substr(0, directory.rfind('/')); }
@@ -230,7 +244,7 @@ Result<ProgramCgroups> ProgramCgroups::create(const CgroupLayout& layout, const 
         continue;
       }
       std::string directory = own->second + "/" + name;
-      if (auto made = make_directory(directory); !made) {
+      if (auto made = make_server_group(directory); !made) {
         groups.notes_.push_back("no " + controller + " controller: " + made.error().message);
         continue;
       }
@@ -251,7 +265,7 @@ Result<ProgramCgroups> ProgramCgroups::create(const CgroupLayout& layout, const 
     std::vector<std::string> enabled = enable_for_children(own, wanted, groups.notes_, true);
     std::string directory = own + "/" + name;
     if (!enabled.empty()) {
-      if (auto made = make_directory(directory); !made) {
+      if (auto made = make_server_group(directory); !made) {
         groups.notes_.push_back(made.error().message);
         enabled.clear();
       } else {

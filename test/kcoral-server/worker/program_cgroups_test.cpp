@@ -1,0 +1,65 @@
+// ProgramCgroups (kcoral-server/worker/program_cgroups.cpp) on this machine's own control
+// groups, where it may make them (as root, or in a delegated v2 group); skipped elsewhere.
+#include <doctest/doctest.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cgroup_layout.hpp"
+#include "program_cgroups.hpp"
+
+TEST_CASE("a killed server's empty program groups of its name give way; one with a process stays") {
+  auto layout = kcoral::read_cgroup_layout();
+  if (!layout) {
+    MESSAGE("no control groups here: " << layout.error().message);
+    return;
+  }
+  const std::string name = "kcoral-test-" + std::to_string(::getpid());
+  // Where a server of this name puts its groups, in each hierarchy.
+  std::vector<std::string> servers;
+  {
+    auto probe = kcoral::ProgramCgroups::create(*layout, name, {});
+    if (!probe) {
+      MESSAGE("no control groups to make here: " << probe.error().message);
+      return;
+    }
+    for (const std::string& controller : probe->controllers()) servers.push_back(probe->directory(controller));
+  }  // removed, as a server that stops removes them
+  // A killed server of that name left its groups: program-1 empty, program-2 holding a
+  // process (as another live server of the same process id, in another PID namespace).
+  pid_t holder = ::fork();
+  if (holder == 0) {
+    ::pause();
+    ::_exit(0);
+  }
+  for (const std::string& server : servers) {
+    REQUIRE(::mkdir(server.c_str(), 0755) == 0);
+    REQUIRE(::mkdir((server + "/program-1").c_str(), 0755) == 0);
+    REQUIRE(::mkdir((server + "/program-2").c_str(), 0755) == 0);
+    std::ofstream(server + "/program-2/cgroup.procs") << holder;
+  }
+  {
+    auto groups = kcoral::ProgramCgroups::create(*layout, name, {});
+    REQUIRE_MESSAGE(groups.has_value(), groups.error().message);
+    for (const std::string& server : servers) {
+      CHECK_FALSE(std::filesystem::exists(server + "/program-1"));
+      CHECK(std::filesystem::exists(server + "/program-2"));
+    }
+    auto first = groups->make("program-1");  // this server's first program: no collision
+    CHECK_MESSAGE(first.has_value(), (first ? std::string() : first.error().message));
+  }
+  ::kill(holder, SIGKILL);
+  ::waitpid(holder, nullptr, 0);
+  for (const std::string& server : servers) {
+    (void)::rmdir((server + "/program-2").c_str());
+    (void)::rmdir((server + "/program-1").c_str());
+    (void)::rmdir(server.c_str());
+  }
+}
