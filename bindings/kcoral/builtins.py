@@ -38,6 +38,11 @@ def benchmark(fn: Any, *args: Any) -> dict[str, Any]:
     spent. Before them ``fn`` runs once, untimed, for what a first call compiles or loads.
     The report's ``warmup`` and ``repeat`` are the counts made.
 
+    ``activities`` names what the timed calls launched, in start order (kernels by their
+    names, copies ``"memcpy"``, memsets ``"memset"``): the list most of them launched.
+    ``calls_with_other_activities`` counts the calls that launched something else, and
+    ``activities_stable`` says that there were none.
+
     The report says ``"timed": True``. Under a tool that instruments the GPU itself (the
     environment variable ``KCORAL_UNDER_TOOL`` names it; ``kcoral run ncu`` and ``kcoral
     run compute-sanitizer`` set it), timing would compete with the tool for CUPTI and
@@ -91,6 +96,8 @@ def _untimed_call(tool: str, fn: Any, args: tuple[Any, ...]) -> dict[str, Any]:
         "flush_l2": False,
         "activities_stable": None,
         "activities_per_call": None,
+        "activities": None,
+        "calls_with_other_activities": None,
         "sm_clock_mhz_min": None,
         "sm_clock_mhz_max": None,
         "timed": False,

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <numeric>
 #include <vector>
 
@@ -210,11 +211,15 @@ Result<BenchmarkReport> run_benchmark(const BenchmarkCall& call, const Benchmark
   report.latency_ms_max = spans.back();
   report.latency_ms_p10 = percentile(spans, 0.1);
   report.latency_ms_p90 = percentile(spans, 0.9);
-  report.activities_per_call = static_cast<std::int64_t>(traces.front().activities.size());
-  report.activities_stable = spans.size() == traces.size() &&
-                             std::all_of(traces.begin(), traces.end(), [&](const CallTrace& t) {
-                               return t.activities == traces.front().activities;
-                             });
+  // The activities most calls launched: a stray first or last call does not define them.
+  std::map<std::vector<std::string>, std::int64_t> patterns;
+  for (const CallTrace& trace : traces) ++patterns[trace.activities];
+  auto common = std::max_element(patterns.begin(), patterns.end(),
+                                 [](const auto& a, const auto& b) { return a.second < b.second; });
+  report.activities = common->first;
+  report.activities_per_call = static_cast<std::int64_t>(report.activities.size());
+  report.calls_with_other_activities = static_cast<std::int64_t>(traces.size()) - common->second;
+  report.activities_stable = report.calls_with_other_activities == 0;
   if (!clocks.empty()) {
     report.sm_clock_mhz_min = *std::min_element(clocks.begin(), clocks.end());
     report.sm_clock_mhz_max = *std::max_element(clocks.begin(), clocks.end());

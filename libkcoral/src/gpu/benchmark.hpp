@@ -13,6 +13,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "kcoral/error.hpp"
 
@@ -38,8 +39,12 @@ struct BenchmarkReport {
   std::int64_t warmup = 0;
   std::int64_t repeat = 0;
   bool flush_l2 = true;
-  bool activities_stable = true;  // every call launched the same activities
-  std::int64_t activities_per_call = 0;
+  // What the calls launched, by name (kernels by theirs, copies "memcpy", memsets "memset"),
+  // in start order: the list most of the timed calls launched, and how many launched another.
+  std::vector<std::string> activities;
+  std::int64_t activities_per_call = 0;  // activities.size()
+  std::int64_t calls_with_other_activities = 0;
+  bool activities_stable = true;  // calls_with_other_activities == 0
   std::optional<unsigned> sm_clock_mhz_min;  // sampled during the timed calls
   std::optional<unsigned> sm_clock_mhz_max;
 };

@@ -156,15 +156,27 @@ PyObject* benchmark(PyObject*, PyObject* args) {
   auto optional_clock = [](const std::optional<unsigned>& mhz) {
     return mhz ? PyLong_FromUnsignedLong(*mhz) : Py_NewRef(Py_None);
   };
+  auto names = [](const std::vector<std::string>& activities) -> PyObject* {
+    kcoral::python::PyRef list = kcoral::python::PyRef::steal(PyList_New(0));
+    if (!list) return nullptr;
+    for (const std::string& name : activities) {
+      kcoral::python::PyRef item =
+          kcoral::python::PyRef::steal(PyUnicode_DecodeUTF8(name.data(), static_cast<Py_ssize_t>(name.size()), "replace"));
+      if (!item || PyList_Append(list.get(), item.get()) != 0) return nullptr;
+    }
+    return list.release();
+  };
   return Py_BuildValue(
-      "{s:d,s:d,s:d,s:d,s:d,s:d,s:L,s:L,s:O,s:O,s:L,s:N,s:N}", "latency_ms_median",
+      "{s:d,s:d,s:d,s:d,s:d,s:d,s:L,s:L,s:O,s:O,s:L,s:N,s:L,s:N,s:N}", "latency_ms_median",
       report->latency_ms_median, "latency_ms_mean", report->latency_ms_mean, "latency_ms_min",
       report->latency_ms_min, "latency_ms_max", report->latency_ms_max, "latency_ms_p10",
       report->latency_ms_p10, "latency_ms_p90", report->latency_ms_p90, "warmup",
       static_cast<long long>(report->warmup), "repeat", static_cast<long long>(report->repeat),
       "flush_l2", report->flush_l2 ? Py_True : Py_False, "activities_stable",
       report->activities_stable ? Py_True : Py_False, "activities_per_call",
-      static_cast<long long>(report->activities_per_call), "sm_clock_mhz_min",
+      static_cast<long long>(report->activities_per_call), "activities", names(report->activities),
+      "calls_with_other_activities", static_cast<long long>(report->calls_with_other_activities),
+      "sm_clock_mhz_min",
       optional_clock(report->sm_clock_mhz_min), "sm_clock_mhz_max", optional_clock(report->sm_clock_mhz_max));
 }
 #endif
