@@ -39,9 +39,9 @@ def benchmark(fn: Any, *args: Any) -> dict[str, Any]:
     The report's ``warmup`` and ``repeat`` are the counts made.
 
     ``activities`` names what the timed calls launched, in start order (kernels by their
-    names, copies ``"memcpy"``, memsets ``"memset"``): the list most of them launched.
-    ``calls_with_other_activities`` counts the calls that launched something else, and
-    ``activities_stable`` says that there were none.
+    demangled names, copies ``"memcpy"``, memsets ``"memset"``): the list most of them
+    launched. ``calls_with_other_activities`` counts the calls that launched something
+    else, and ``activities_stable`` says that there were none.
 
     The report says ``"timed": True``. Under a tool that instruments the GPU itself (the
     environment variable ``KCORAL_UNDER_TOOL`` names it; ``kcoral run ncu`` and ``kcoral

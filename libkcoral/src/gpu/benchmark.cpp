@@ -5,7 +5,10 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <cxxabi.h>
 #include <map>
+#include <memory>
 #include <numeric>
 #include <vector>
 
@@ -74,6 +77,14 @@ std::string current_device_uuid(const DriverApi& cuda) {
                 b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14],
                 b[15]);
   return text;
+}
+
+// A kernel's name as its source wrote it (CUPTI gives C++ kernels' mangled names).
+std::string demangled(const std::string& name) {
+  int status = 0;
+  std::unique_ptr<char, decltype(&std::free)> text(abi::__cxa_demangle(name.c_str(), nullptr, nullptr, &status),
+                                                   &std::free);
+  return status == 0 && text ? std::string(text.get()) : name;
 }
 
 std::int64_t count_for(double budget_ms, double per_call_ms) {
@@ -216,7 +227,7 @@ Result<BenchmarkReport> run_benchmark(const BenchmarkCall& call, const Benchmark
   for (const CallTrace& trace : traces) ++patterns[trace.activities];
   auto common = std::max_element(patterns.begin(), patterns.end(),
                                  [](const auto& a, const auto& b) { return a.second < b.second; });
-  report.activities = common->first;
+  for (const std::string& name : common->first) report.activities.push_back(demangled(name));
   report.activities_per_call = static_cast<std::int64_t>(report.activities.size());
   report.calls_with_other_activities = static_cast<std::int64_t>(traces.size()) - common->second;
   report.activities_stable = report.calls_with_other_activities == 0;

@@ -104,6 +104,7 @@ def test_benchmark_reports_a_kernel_and_refuses_a_call_without_gpu_activity():
     assert 0 < report["latency_ms_min"] <= report["latency_ms_median"] <= report["latency_ms_max"]
     # torch.add of one tensor and a scalar is one kernel, the same in every call.
     assert report["activities_per_call"] == len(report["activities"]) == 1, report
+    assert report["activities"][0].startswith("void at::native::"), report  # demangled
     assert report["activities_stable"] and report["calls_with_other_activities"] == 0, report
     failed = run(source, "none", uploads=[np.ones(4, dtype=np.float32)])
     assert failed.status == "FAILED" and "no GPU activity" in failed.error["message"]
