@@ -42,7 +42,7 @@ from kcoral._program import Program
 from kcoral._result import ProgramResult
 from kcoral._terminal import printable
 # benchmark() steps aside (one untimed call) under the tool this variable names.
-from kcoral.builtins import UNDER_TOOL_VARIABLE
+from kcoral._under_tool import UNDER_TOOL_VARIABLE
 
 # The remote working directory of the tool, and the folder the runner makes for what a
 # tool writes for us (a report, a log); the two never overlap, so no upload can collide
@@ -471,7 +471,9 @@ def exec_server(args: Sequence[str]) -> NoReturn:
     beside = Path(sys.executable).with_name("kcoral-server")
     binary = str(beside) if beside.is_file() else shutil.which("kcoral-server")
     if binary is None:
-        note(f"kcoral-server is neither beside {sys.executable} nor on PATH")
+        note(f"kcoral-server is neither beside {sys.executable} nor on PATH; it comes with "
+             "the server side of kcoral: pip install 'kcoral[server]' (from a checkout: "
+             "pip install ./server)")
         raise SystemExit(EXIT_NOT_FOUND)
     sys.stdout.flush()
     sys.stderr.flush()

@@ -56,8 +56,9 @@ def _native_module() -> Any:
         if error.name != "kcoral._native":
             raise KCoralError(f"the native module cannot load: {error}") from error
         raise KCoralError(
-            "the native module is not built (kcoral._native is missing); build the project's "
-            "Python bindings to use run_local, or use Client against a server"
+            "run_local needs the server side of kcoral (kcoral._native is not installed): "
+            "pip install 'kcoral[server]' (from a checkout: pip install ./server), or use "
+            "Client against a server"
         ) from error
     except ImportError as error:
         raise KCoralError(f"the native module cannot load: {error}") from error

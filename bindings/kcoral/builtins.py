@@ -16,6 +16,8 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
+from kcoral._under_tool import UNDER_TOOL_VARIABLE
+
 __all__ = ["CompileFailed", "ParseFailed", "Unavailable", "benchmark", "compile_tirx"]
 
 
@@ -65,7 +67,6 @@ def benchmark(fn: Any, *args: Any) -> dict[str, Any]:
     return report
 
 
-UNDER_TOOL_VARIABLE = "KCORAL_UNDER_TOOL"
 _CONFIG_KEYS = frozenset({"warmup_ms", "repeat_ms", "warmup", "repeat", "flush_l2"})
 
 
