@@ -1,5 +1,5 @@
 // FuzzedResults: the `results_json` of a ProgramResult and its binary parts, made from fuzz
-// bytes: a typed tree of PROTOCOL.md ("Values are a typed tree") with every kind of node,
+// bytes: a typed tree of docs/protocol.md ("Values") with every kind of node,
 // and binary nodes numbered `return:0`, `return:1`, ... depth-first, as the executor
 // writes them. Strings may hold any bytes: they are written as Python's encoder would,
 // valid JSON, with what is not UTF-8 replaced.

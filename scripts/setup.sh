@@ -15,11 +15,12 @@ install_packages setup build-essential cmake ninja-build ccache pkg-config libbo
 python=${KCORAL_SETUP_PYTHON:-python3}
 [[ -x .venv/bin/python ]] || "$python" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q "scikit-build-core>=0.10" "hatchling>=1.18" "httpx>=0.27" \
-  "numpy>=1.24" "ml_dtypes>=0.5" "pytest>=8" "pytest-timeout>=2"
+.venv/bin/python -m pip install -q "scikit-build-core>=0.10" "setuptools-scm>=8" "hatchling>=1.18" \
+  "hatch-vcs>=0.4" "httpx>=0.27" "numpy>=1.24" "ml_dtypes>=0.5" "pytest>=8" "pytest-timeout>=2" \
+  "mypy>=1.10" "ruff>=0.5" "packaging>=23"
 # No build isolation: the build then records .venv's Python as the workers' default.
 echo "setup: building and installing kcoral (client) and kcoral-server into .venv"
-.venv/bin/python -m pip install -q --no-build-isolation .
+# In one command, so that the two (of one version, from git) replace an older pair together.
 .venv/bin/python -m pip install -q --no-build-isolation -C build-dir="$PWD/build/pip" \
-  -C cmake.define.KCORAL_BUILD_TESTS=ON -C cmake.define.KCORAL_BUILD_EXAMPLES=ON ./server
+  -C cmake.define.KCORAL_BUILD_TESTS=ON -C cmake.define.KCORAL_BUILD_EXAMPLES=ON . ./server
 echo "setup: done (.venv/bin/kcoral-server, .venv/bin/python)"

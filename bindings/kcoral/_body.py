@@ -60,7 +60,6 @@ def read_body(
     if not decoders and not truncate and declared.isdigit() and len(declared) < 20:
         if int(declared) > limit:
             raise _too_large(what, limit, advice, f" (it declares {int(declared)} bytes)")
-    if not decoders and not truncate and declared.isdigit() and len(declared) < 20:
         return _read_declared(response, int(declared), what, deadline)
     # The pieces are joined once at the end: one copy of the body, however large.
     body: list[bytes] = []

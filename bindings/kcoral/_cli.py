@@ -41,7 +41,6 @@ from kcoral._files import ReturnedFile, ReturnedFolder
 from kcoral._program import Program
 from kcoral._result import ProgramResult
 from kcoral._terminal import printable
-# benchmark() steps aside (one untimed call) under the tool this variable names.
 from kcoral._under_tool import UNDER_TOOL_VARIABLE
 
 # The remote working directory of the tool, and the folder the runner makes for what a
@@ -197,11 +196,12 @@ class ToolRun:
         env = {"PYTHONUNBUFFERED": "1"}  # what it printed before a timeout or crash is kept
         if args.tool == "python":
             return cls("python", python, uploads, env, cpu_only=args.cpu_only, **limits)
+        # benchmark() steps aside (one untimed call) under the tool this variable names.
         env[UNDER_TOOL_VARIABLE] = args.tool
         if args.tool == "ncu":
             options = tool_options(args.ncu_options, ("-o", "--export", "-f", "--force-overwrite"))
             argv = ["ncu", "--export", {"output": NCU_REPORT}, *options, *python]
-            save_to = report_destination(args.output, Path(args.script).stem)
+            save_to: Path | None = report_destination(args.output, Path(args.script).stem)
             output_file = NCU_REPORT
         else:
             options = tool_options(args.sanitizer_options, ("--tool", "--log-file"))
@@ -443,7 +443,7 @@ def report(run: ToolRun, result: ProgramResult) -> int:
         return EXIT_SERVER
     # An exit status is 0-255; passed on, 256 would read as success and -1 as 255.
     if not 0 <= code <= 255:
-        note(f"the server's answer gives {run.tool} the exit status {str(code):.40}, outside 0-255")
+        note(f"the server's answer gives {run.tool} the exit status {code!s:.40}, outside 0-255")
         return EXIT_SERVER
     if folder is not None:
         bring_back(run, folder)
@@ -617,7 +617,7 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     """Parse a ``kcoral run`` command line (without ``server``) and fill in the defaults."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    defaults = {
+    defaults: dict[str, Any] = {
         "url": os.environ.get("KCORAL_URL") or None,
         "token": None,  # Client reads KCORAL_TOKEN itself
         "timeout_seconds": DEFAULT_TIMEOUT_SECONDS,

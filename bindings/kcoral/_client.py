@@ -209,9 +209,11 @@ class Client:
     @overload
     def function(self, fn: Callable[P, Any], /) -> RemoteFunction[P]: ...
 
+    # ``self`` is positional-only, as in the implementation, where ``fn`` is.
     @overload
     def function(
         self,
+        /,
         *,
         timeout_seconds: float | None = None,
         output_limit_bytes: int | None = None,

@@ -95,7 +95,9 @@ class DeadlineTransport(httpx.HTTPTransport):
 def environment_proxy(url: httpx.URL) -> str | None:
     """The proxy the environment names for ``url``, read as httpx reads it, or None."""
     proxies = urllib.request.getproxies()
-    if not proxies or urllib.request.proxy_bypass_environment(url.host, proxies):
+    # Defined by urllib.request on every platform, though its stubs leave it out.
+    bypass = urllib.request.proxy_bypass_environment  # type: ignore[attr-defined]
+    if not proxies or bypass(url.host, proxies):
         return None
     proxy = proxies.get(url.scheme) or proxies.get("all")
     if not proxy:

@@ -125,10 +125,9 @@ class ReturnedFolder:
                 finally:
                     os.close(root)
             except BaseException:
-                try:
+                # The original error matters more than a failed cleanup.
+                with suppress(OSError):
                     _remove_tree(parent_fd, name)
-                except OSError:
-                    pass  # the original error matters more than a failed cleanup
                 raise
         return Path(path)
 

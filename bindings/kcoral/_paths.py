@@ -31,6 +31,9 @@ def normalize_path(path: object) -> str:
         raise ValueError(f"workspace path {path!r} contains NUL or a backslash")
     if path.startswith("/"):
         raise ValueError(f"workspace path {path!r} must be relative")
+    # On the path as written, as the server checks it: "./" padding counts.
+    if len(path.encode("utf-8")) > MAX_PATH_BYTES:
+        raise ValueError(f"workspace path {path[:64]!r}... is over 4096 bytes")
     raw = path.split("/")
     if ".." in raw:
         raise ValueError(f"workspace path {path!r} must not contain a '..' component")
@@ -40,10 +43,7 @@ def normalize_path(path: object) -> str:
     for component in components:
         if len(component.encode("utf-8")) > MAX_COMPONENT_BYTES:
             raise ValueError(f"workspace path {path!r} has a component over 255 bytes")
-    normalized = "/".join(components)
-    if len(normalized.encode("utf-8")) > MAX_PATH_BYTES:
-        raise ValueError(f"workspace path {path!r} is over 4096 bytes")
-    return normalized
+    return "/".join(components)
 
 
 def check_no_conflicts(existing: Iterable[str], added: Iterable[str]) -> None:

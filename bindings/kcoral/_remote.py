@@ -19,8 +19,8 @@ global names the uploaded module would not define.
 """
 
 from __future__ import annotations
-
 import __future__
+
 import ast
 import builtins
 import functools
@@ -156,6 +156,10 @@ class RemoteFunction(Generic[P]):
     Holds no per-call state: calls from several threads are as safe as the Client's.
     """
 
+    # Declared here: __init__ reads them from another RemoteFunction before setting its own.
+    _function: Callable[P, Any]
+    _pieces: tuple[SourcePiece, ...]
+
     def __init__(
         self,
         client: Client,
@@ -254,7 +258,7 @@ class RemoteFunction(Generic[P]):
         return program
 
     def __repr__(self) -> str:
-        return f"<RemoteFunction {self.__qualname__}>"
+        return f"<RemoteFunction {self._function.__qualname__}>"
 
 
 class _Arguments:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any
 
@@ -148,10 +149,9 @@ def error_from_response(
     elif body:
         message = body[:200].decode("utf-8", "replace").strip() or message
     retry_after: float | None = None
-    try:
+    # Absent, or an HTTP date: leave the choice of delay to the caller.
+    with suppress(ValueError):
         retry_after = float(headers_get("retry-after") or "")
-    except ValueError:
-        pass  # absent, or an HTTP date: leave the choice of delay to the caller
     if retry_after is not None and not (math.isfinite(retry_after) and retry_after >= 0):
         retry_after = None  # a delay no caller can sleep: inf, nan, negative
     return server_error(status_code, kind, message, request_id, retry_after)
@@ -376,7 +376,8 @@ def _numpy_dtype(dtype: str) -> np.dtype[Any]:
         extended: np.dtype[Any] = np.dtype(getattr(ml_dtypes, dtype))
         return extended
     # '<' pins the wire's little-endian layout whatever the host's byte order.
-    return np.dtype(dtype).newbyteorder("<")
+    little_endian: np.dtype[Any] = np.dtype(dtype).newbyteorder("<")
+    return little_endian
 
 
 def _decode_tensor(node: dict[str, Any], data: bytes) -> np.ndarray[Any, Any]:
@@ -390,4 +391,7 @@ def _decode_tensor(node: dict[str, Any], data: bytes) -> np.ndarray[Any, Any]:
     if len(data) != math.prod(shape) * DTYPE_ITEM_SIZES[dtype]:
         raise ValueError(f"a {dtype} tensor of shape {_shown(shape)} cannot hold {len(data)} bytes")
     # frombuffer aliases the read-only response; the copy is writable and owns its memory.
-    return np.frombuffer(data, dtype=_numpy_dtype(dtype)).reshape(shape).copy()
+    array: np.ndarray[Any, Any] = (
+        np.frombuffer(data, dtype=_numpy_dtype(dtype)).reshape(shape).copy()
+    )
+    return array

@@ -114,7 +114,7 @@ inline constexpr std::size_t kMaxResultParts = std::size_t{1} << 20;
 // sealed memfd holding the binary parts back to back, in order, and nothing else.
 struct Result {
   bool continues = false;  // the worker takes another program afterwards
-  std::string results;     // the JSON object of returned values (PROTOCOL.md)
+  std::string results;     // the JSON object of returned values (docs/protocol.md)
   std::string stdout_text;
   bool stdout_truncated = false;
   std::string stderr_text;

@@ -127,7 +127,7 @@ int main(int argc, char** argv) {
                  "server's user only")
       ->check(CLI::ExistingFile);
 
-  auto* clients = app.add_option_group("Clients", "What one client may hold (README: Limits)");
+  auto* clients = app.add_option_group("Clients", "What one client may hold (docs/operating.md: Limits)");
   clients
       ->add_option("--max-connections", config.max_connections,
                    "Connections served at once; a few more are answered 503 (/health and /metrics as usual). "
@@ -196,14 +196,14 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
 
-  auto* balancer = app.add_option_group("Balancer", "Behind HAProxy (README: Scale-out behind HAProxy)");
+  auto* balancer = app.add_option_group("Balancer", "Behind HAProxy (docs/operating.md: Scale-out behind HAProxy)");
   balancer
       ->add_option("--agent-port", config.agent_port,
                    "Port (on --host) that answers HAProxy's agent check with this server's weight from its "
                    "load (\"75%\"; \"0%\" while shutting down); 0 picks a free port and prints it. Off unless given")
       ->check(CLI::Range(0, 65535));
 
-  auto* sandbox = app.add_option_group("Sandbox", "What every program may see and use (README: Security model)");
+  auto* sandbox = app.add_option_group("Sandbox", "What every program may see and use (docs/security.md)");
   sandbox
       ->add_option("--sandbox", config.sandbox,
                    "namespaces: each program in its own user, PID, mount, IPC and network namespaces, as an "

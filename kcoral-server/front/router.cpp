@@ -6,6 +6,7 @@
 
 #include "descriptors.hpp"
 #include "kcoral/request_id.hpp"
+#include "kcoral/version.hpp"
 
 namespace kcoral {
 namespace {
@@ -81,6 +82,7 @@ HttpResponse health(const HttpRequest& request, ServerState& state, const std::s
   WorkerPool::Load load = state.pool.load();
   Json versions = Json::object();
   for (const auto& [name, version] : state.pool.versions()) versions[name] = version;
+  versions["kcoral"] = std::string(kcoral::version());  // the server's own, from git tags
   Json body{{"status", state.stopping ? "unavailable" : "ok"},
             {"instance_id", state.instance_id},
             {"started_at", state.started_at},

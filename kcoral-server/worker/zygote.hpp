@@ -1,13 +1,15 @@
 // Zygote: the worker parent. It starts Python once, imports the heavy modules, and then
-// forks a fresh worker for every program on the front's request, ahead of time: a worker
-// inherits a warm interpreter in milliseconds, runs its program, kills whatever the
-// program left running and exits, so no state of one program (working directory,
-// modules, monkeypatches, environment, child processes) reaches the next. Each worker
-// talks to the front over a channel of its own, which the zygote hands over at fork
-// time. The zygote reaps workers, kills their orphans and removes their files.
+// forks workers on the front's request, ahead of time: a worker inherits a warm
+// interpreter in milliseconds, runs its program, kills whatever the program left running
+// and exits, so no state of one program (working directory, modules, monkeypatches,
+// environment, child processes) reaches the next. With `programs_per_worker` above 1 a
+// worker runs several programs of one tenant, checked between them when `reuse_check`
+// says so. Each worker talks to the front over a channel of its own, which the zygote
+// hands over at fork time. The zygote reaps workers, kills their orphans and removes their
+// files.
 //
-//   Zygote zygote(options, executor, std::move(control));
-//   return zygote.serve(signal_fd);   // until the front goes or a signal says stop
+//   Zygote zygote(options, executor, sandbox, std::move(control));
+//   return zygote.serve(signal_fd, versions);  // until the front goes or a signal says stop
 #pragma once
 
 #include <sys/types.h>

@@ -1,4 +1,4 @@
-// Strict parse of the wire program (PROTOCOL.md, "Request") into a Program.
+// Strict parse of the wire program (docs/protocol.md, "The request") into a Program.
 //
 // simdjson rejects malformed JSON, NaN/Infinity, invalid UTF-8, trailing content and
 // nesting past the depth bound; this file adds what JSON itself allows but the protocol

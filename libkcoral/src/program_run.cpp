@@ -1,4 +1,4 @@
-// ProgramRun: instruction semantics, error kinds and lease placement (PROTOCOL.md).
+// ProgramRun: instruction semantics, error kinds and lease placement (docs/protocol.md).
 #include "program_run.hpp"
 
 #include <fcntl.h>

@@ -1,6 +1,6 @@
 // Error kinds (libkcoral/src/error.cpp): the one table that maps every kind to its wire
 // string and HTTP status. The tests walk kAllErrorKinds, so a kind added to the enum but
-// not to the table (or to the list) fails here, and pin the statuses PROTOCOL.md fixes.
+// not to the table (or to the list) fails here, and pin the statuses docs/protocol.md fixes.
 #include <doctest/doctest.h>
 
 #include <set>
@@ -58,7 +58,7 @@ TEST_CASE("unknown, empty and differently cased wire strings are not kinds") {
   CHECK_FALSE(kcoral::error_kind_from_wire("ERROR").has_value());
 }
 
-TEST_CASE("every kind has the HTTP status PROTOCOL.md gives it outside a program") {
+TEST_CASE("every kind has the HTTP status docs/protocol.md gives it outside a program") {
   for (ErrorKind kind : kcoral::kAllErrorKinds) {
     CAPTURE(kcoral::to_wire(kind));
     int expected = 500;  // engine, response_too_large, and program kinds the server cannot attribute

@@ -2,7 +2,7 @@
 // failure kind (parse, runtime, correctness, serialization, engine) with the failing
 // instruction's index/op/id and a traceback that starts in the uploaded code; earlier
 // returns kept and later instructions skipped; on_instruction order; and, through a
-// recording GpuLease, where the lease is taken and dropped (PROTOCOL.md "Lease placement").
+// recording GpuLease, where the lease is taken and dropped (docs/protocol.md "Lease placement").
 #include <chrono>
 #include <thread>
 

@@ -1,7 +1,7 @@
 // The wire codec: an HTTP `POST /execute` body in, the response bodies out.
 //
 // One codec for the server, the in-process executor of the Python module and the C++
-// tests. Requests are checked against every rule of PROTOCOL.md before anything runs:
+// tests. Requests are checked against every rule of docs/protocol.md before anything runs:
 // multipart framing, exactly one `program` part, `blob:<sha256>` parts whose bytes hash
 // to their name and which the program references, and the program itself.
 //
@@ -41,7 +41,7 @@ struct EncodedResponse {
   std::string body;
 };
 
-// Timings the front measures; PROTOCOL.md, "Response".
+// Timings the front measures; docs/protocol.md, "The response".
 struct ResponseTimings {
   double queue_ms = 0;
   double elapsed_ms = 0;

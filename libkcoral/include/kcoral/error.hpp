@@ -4,7 +4,8 @@
 // program, to its HTTP status. Program failures (`parse` … `engine`) travel inside a
 // 200 FAILED response; request failures (`request_too_large`, `busy`, `timeout`,
 // `response_too_large`, and `parse`/`engine` outside a program) are HTTP errors, as are
-// the routing errors `not_found` and `method_not_allowed`.
+// the routing errors `not_found` and `method_not_allowed` and the refused token's
+// `unauthorized`.
 #pragma once
 
 #include <expected>
@@ -15,7 +16,7 @@
 
 namespace kcoral {
 
-// Values match the wire strings of PROTOCOL.md.
+// Values match the wire strings of docs/protocol.md.
 enum class ErrorKind {
   parse,
   compile,

@@ -3,14 +3,14 @@
 // The executor starts CPython when the process does not run it yet (C++ harnesses, the
 // server's workers) and uses the running interpreter otherwise (the kcoral Python
 // module). Each run gets a fresh working directory, fd-level capture of stdout/stderr,
-// and lease placement per PROTOCOL.md; a failure stops the program and keeps earlier
+// and lease placement per docs/protocol.md; a failure stops the program and keeps earlier
 // returns. State a program leaves in the interpreter (imports, monkeypatches) is not
 // undone here: the server gives every program a freshly forked worker for that.
 // One program at a time per process; run() takes the GIL itself.
 //
-//   auto executor = kcoral::Executor::create({});
+//   auto executor = kcoral::Executor::create({});  // Result<std::unique_ptr<Executor>>
 //   kcoral::NoGpuLease lease;
-//   kcoral::ProgramResult result = executor->run(program, blobs, lease, {});
+//   kcoral::ProgramResult result = (*executor)->run(program, blobs, lease, {});
 #pragma once
 
 #include <cstdint>

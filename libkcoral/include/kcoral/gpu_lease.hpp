@@ -1,7 +1,7 @@
 // GpuLease: the executor's view of exclusive GPU access.
 //
 // The executor takes the lease lazily before the first instruction that needs the GPU and
-// drops it around file uploads, file/folder returns and cpu_only runs (PROTOCOL.md, "Lease
+// drops it around file uploads, file/folder returns and cpu_only runs (docs/protocol.md, "Lease
 // placement"). Where the lease comes from is the implementation's business: a LeaseManager
 // in this process (embedded use), the server's front over a socket (worker processes), or
 // nowhere at all on a CPU-only executor. Used from one thread.

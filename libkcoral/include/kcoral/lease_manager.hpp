@@ -8,7 +8,7 @@
 // its times. Thread-safe.
 //
 //   kcoral::LeaseManager leases(1);
-//   leases.acquire(0, worker_id, [] { start(); });
+//   if (auto status = leases.acquire(0, worker_id, [] { start(); }); !status) ...;
 //   ...
 //   leases.release(0, worker_id);
 #pragma once

@@ -1,6 +1,6 @@
 // Program: an ordered, validated list of instructions (upload, get_function, run, return).
 //
-// A Program comes from the wire (`Program::parse`, strict: every rule of PROTOCOL.md) or
+// A Program comes from the wire (`Program::parse`, strict: every rule of docs/protocol.md) or
 // from `ProgramBuilder` (embedded callers). Both paths end in the same validation, so a
 // Program that exists is valid: references name earlier instructions, ids and return keys
 // are unique, paths are canonical and do not collide, tensor metadata is consistent.

@@ -1,6 +1,6 @@
 // ProgramResult: what running one Program produced.
 //
-// `results_json` is the JSON object of returned values as the typed tree of PROTOCOL.md;
+// `results_json` is the JSON object of returned values as the typed tree of docs/protocol.md;
 // its binary nodes name the parts `return:0`, `return:1`, … which are `parts`, in order.
 // A failed program keeps the returns made before the failure.
 #pragma once

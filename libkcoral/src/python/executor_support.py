@@ -260,9 +260,10 @@ def encode_value(value, key: str, first_part: int, budget_bytes: int):
     return text.encode("utf-8", "replace"), encoder.parts
 
 
+# kcoral's own version is the server's (kcoral::version(), cmake/version.cmake), not read here.
 _DISTRIBUTIONS = {
     "torch": "torch", "triton": "triton", "tvm": "apache-tvm", "tvm_ffi": "apache-tvm-ffi",
-    "cutlass": "nvidia-cutlass-dsl", "numpy": "numpy", "kcoral": "kcoral",
+    "cutlass": "nvidia-cutlass-dsl", "numpy": "numpy",
 }
 
 

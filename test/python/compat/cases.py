@@ -1,7 +1,7 @@
 """The compatibility suite's cases: each program of programs.py with what is expected of it.
 
 ``expect`` holds for every client/server pair; a :class:`Difference` where the servers
-answer differently (PROTOCOL.md says we differ on purpose, or the reference breaks the
+answer differently (the public protocol says we differ on purpose, or the reference breaks the
 protocol); ``bugs`` where our side is knowingly wrong or limited. Standard library and
 numpy only: the reference venv's Python imports this too.
 """
@@ -148,7 +148,7 @@ CASES: list[Case] = [
          difference=Difference(
              "REFERENCE BUG: KCoral 0.1.1 keeps the subclass instance in its encoded result "
              "and its worker dies sending it to the server (the class lives only in the "
-             "uploaded module); PROTOCOL.md: 'bool / int / float / str | {\"type\":"
+             "uploaded module); the public protocol: 'bool / int / float / str | {\"type\":"
              "\"boolean\"|\"integer\"|\"number\"|\"string\",...}'",
              ("status", "results", "error"),
              {"status": "COMPLETED", "error": None, "results.r": [
@@ -227,7 +227,7 @@ CASES: list[Case] = [
     Case("system_exit", system_exit, expect=_failed("runtime", 2, "run", "run_2"),
          difference=Difference(
              "REFERENCE BUG: SystemExit is a BaseException, which KCoral 0.1.1's engine does "
-             "not catch, so its worker exits; PROTOCOL.md: " + RUNTIME_KIND,
+             "not catch, so its worker exits; the public protocol: " + RUNTIME_KIND,
              ("error.message",), {"error.message": "SystemExit: 3"},
              {"error.message": WORKER_EXITED})),
     Case("worker_exit", worker_exit, expect=_failed(

@@ -38,7 +38,7 @@ class Context:
 class Difference:
     """An outcome that differs between the servers, and why.
 
-    ``reason`` quotes the PROTOCOL.md sentence that makes us differ on purpose, or starts
+    ``reason`` quotes the public protocol's sentence that makes us differ on purpose, or starts
     with "REFERENCE BUG:" where KCoral 0.1.1 breaks the protocol itself. ``masked`` names
     the fields of the normalized outcome left out of the equality check; ``ours`` and
     ``reference`` are what those fields must hold on each server (dotted paths, as in

@@ -9,7 +9,7 @@ one in a subprocess). Outcomes are normalized by ``harness.py`` and compared:
 - ``test_our_client_on_reference_server``: our client sees on the reference server what
   the reference client sees there (direction 2 against the reference baseline);
 - ``test_directions_agree``: direction 1 and direction 2 agree, except for the fields
-  a case's :class:`programs.Difference` names, each quoting the PROTOCOL.md sentence that
+  a case's :class:`programs.Difference` names, each quoting the public protocol's sentence that
   makes us differ on purpose. Error messages are implementation text and are compared
   only where the protocol fixes them, through ``expect``;
 - ``test_expectations``: each pair meets the case's explicit expectations, so the two
@@ -92,7 +92,7 @@ def _delete(outcome: Any, path: str) -> None:
 
 def comparable(outcome: Any, difference: Difference | None) -> Any:
     """The outcome without what may differ between the servers: the masked fields of a
-    documented difference, and error messages (implementation text; where PROTOCOL.md
+    documented difference, and error messages (implementation text; where the public protocol
     fixes one, the case's ``expect`` checks it on every pair)."""
     view = copy.deepcopy(_plain(outcome))
     for execution in view.get("executions", [view]):
@@ -196,7 +196,7 @@ def test_expectations(case: Case, client: str, server: str, outcomes: Any) -> No
 
 @pytest.mark.parametrize("server", ["ours", "reference"])
 def test_request_id_header(server: str, servers: Any) -> None:
-    """PROTOCOL.md: 'Every response carries `X-Request-ID`. A client may send its own as
+    """The public protocol: 'Every response carries `X-Request-ID`. A client may send its own as
     one lowercase canonical UUID; anything else is ignored and the server makes one. The
     same id appears in the body.' Checked below the clients, on both servers alike."""
     url = servers[server].url

@@ -2,7 +2,7 @@
 
 Each :class:`Case` is one raw HTTP request (method, path, Content-Type, body bytes) with
 the exact status, error kind and a case-specific fragment of the error message the server
-must answer with (PROTOCOL.md, "Errors outside a program"). Bodies are built here by hand,
+must answer with (docs/protocol.md, "Errors outside a program"). Bodies are built here by hand,
 byte for byte, rather than by the client package, so that nothing in the client's own
 checks can hide what the server does with them. The corpus runs against a server started
 with ``--max-request-bytes`` = :data:`MAX_REQUEST_BYTES`.

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -26,21 +27,8 @@ from kcoral import _cli
 README = Path(__file__).resolve().parents[3] / "README.md"
 CLI_TIMEOUT_S = 120
 
-CHECK = """\
-import argparse
-import sys
-
-from helper import total
-
-parser = argparse.ArgumentParser()
-parser.add_argument("--size", type=int, default=8)
-parser.add_argument("rest", nargs="*")
-args = parser.parse_args()
-print(f"size {args.size}: total {total(args.size)}", args.rest)
-print("checked", file=sys.stderr)
-sys.exit(3 if "three" in args.rest else 0)
-"""
-HELPER = "def total(n):\n    return sum(range(n))\n"
+# The README's examples run from examples/, whose bench/ holds check.py and its helper.py.
+EXAMPLES_BENCH = Path(__file__).resolve().parents[3] / "examples" / "bench"
 
 
 def kcoral(*argv: str, cwd: Path, url: str | None = None, timeout: float = CLI_TIMEOUT_S,
@@ -56,10 +44,8 @@ def kcoral(*argv: str, cwd: Path, url: str | None = None, timeout: float = CLI_T
 
 @pytest.fixture
 def bench(tmp_path: Path) -> Path:
-    """A current directory with bench/check.py, which imports bench/helper.py."""
-    (tmp_path / "bench").mkdir()
-    (tmp_path / "bench" / "check.py").write_text(CHECK)
-    (tmp_path / "bench" / "helper.py").write_text(HELPER)
+    """A current directory with a copy of examples/bench (check.py, which imports helper.py)."""
+    shutil.copytree(EXAMPLES_BENCH, tmp_path / "bench", ignore=shutil.ignore_patterns("__pycache__"))
     return tmp_path
 
 

@@ -1,13 +1,13 @@
 """Scale-out behind HAProxy: deploy/haproxy/kcoral.cfg in front of three CPU servers.
 
-The configuration is the one the README shows, with only its bind address, stats socket
+The configuration is the one docs/operating.md shows, with only its bind address, stats socket
 and server lines pointed at servers started here on loopback (each with its agent check
 on a port of its own). 500 programs go through HAProxy from several threads; each uploads
 a blob of its own and one all share, and returns its token and a digest of both, so every
 answer can be matched to its program. A third of the way in, one server's process is
 killed (SIGKILL, no chance to answer or clean up; its workers must follow it). Programs
 caught by it are replayed by HAProxy (retry-on) where their request fits its buffer, and
-otherwise by the client, through the README's own ``execute_retrying``; every program must
+otherwise by the client, through docs/operating.md's own ``execute_retrying``; every program must
 end with exactly one answer, its own. The servers' event logs then say how often programs
 ran twice and where cache misses went. The figures are printed (run with -s to see them).
 
@@ -44,7 +44,7 @@ from e2e.programs import call
 HAPROXY = shutil.which("haproxy")
 ROOT = Path(__file__).resolve().parents[3]
 TEMPLATE = ROOT / "deploy" / "haproxy" / "kcoral.cfg"
-README = ROOT / "README.md"
+GUIDE = ROOT / "docs" / "operating.md"
 
 pytestmark = [
     pytest.mark.slow,
@@ -192,23 +192,24 @@ def token_program(index: int) -> tuple[Program, str, str]:
 
 
 def readme_block(language: str) -> str:
-    """The one block of ``language`` in the README's section on HAProxy."""
-    text = README.read_text()
-    start = text.index("### Scale-out behind HAProxy")
-    block, = re.findall(rf"```{language}\n(.*?)```", text[start:text.index("\n### ", start)], re.S)
+    """The one block of ``language`` in docs/operating.md's section on HAProxy."""
+    text = GUIDE.read_text()
+    start = text.index("\n## Scale-out behind HAProxy\n")
+    end = text.find("\n## ", start + 1)
+    block, = re.findall(rf"```{language}\n(.*?)```", text[start:end if end >= 0 else len(text)], re.S)
     return block
 
 
 def readme_function(name: str) -> Callable[..., Any]:
-    """A function defined by the Python block of the README's section on HAProxy."""
+    """A function defined by the Python block of docs/operating.md's section on HAProxy."""
     source = readme_block("python")
     namespace: dict[str, Any] = {}
-    exec(compile(source, str(README), "exec"), namespace)
+    exec(compile(source, str(GUIDE), "exec"), namespace)
     return namespace[name]
 
 
 class Recording:
-    """A Client that notes why each ``execute`` failed, for the README's retrying function."""
+    """A Client that notes why each ``execute`` failed, for docs/operating.md's retrying function."""
 
     def __init__(self, client: kcoral.Client, reasons: list[str]) -> None:
         self.client, self.reasons = client, reasons

@@ -1,7 +1,7 @@
 """run arguments (JSON literals and references) and returned values of every type.
 
 Literals reach the function as the JSON they are (a ``{"$ref": ...}`` nested in a literal
-stays a dict); returned values come back typed (PROTOCOL.md, "Values are a typed tree"),
+stays a dict); returned values come back typed (docs/protocol.md, "Values"),
 binary nodes as parts ``return:N`` numbered depth-first across the whole response.
 """
 

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from packaging.version import Version
 
 import kcoral
 
@@ -26,6 +27,9 @@ def test_an_installed_package_builds_and_runs_a_cpp_consumer(tmp_path: Path) -> 
         pytest.fail("cmake is needed to check the C++ package")
     prefix = Path(kcoral.__file__).resolve().parent
     assert (prefix / "lib" / "cmake" / "kcoral" / "kcoralConfig.cmake").is_file()
+    # The package's version is kcoral's (git tags), in the X.Y.Z form CMake knows.
+    version_file = (prefix / "lib" / "cmake" / "kcoral" / "kcoralConfigVersion.cmake").read_text()
+    assert f'set(PACKAGE_VERSION "{Version(kcoral.__version__).base_version}")' in version_file
     build = tmp_path / "build"
     configure = [
         "cmake", "-S", str(CONSUMER), "-B", str(build), "-G", "Ninja",

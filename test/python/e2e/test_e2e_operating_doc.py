@@ -1,4 +1,4 @@
-"""The README's sections on access control and the event log, run as written.
+"""docs/operating.md's sections on access control, the event log and the disk cache, run as written.
 
 The access-control example: its shell lines make the token file (run here in a scratch
 directory), a server is started on that file, and the Python example prints what its
@@ -15,13 +15,14 @@ from pathlib import Path
 
 from e2e.programs import call
 
-README = Path(__file__).resolve().parents[3] / "README.md"
+GUIDE = Path(__file__).resolve().parents[3] / "docs" / "operating.md"
 
 
 def section(title: str) -> str:
-    text = README.read_text()
-    start = text.index(f"### {title}")
-    return text[start:text.index("\n### ", start)]
+    text = GUIDE.read_text()
+    start = text.index(f"\n## {title}\n")
+    end = text.find("\n## ", start + 1)
+    return text[start:end if end >= 0 else len(text)]
 
 
 def blocks(text: str, language: str) -> list[str]:
