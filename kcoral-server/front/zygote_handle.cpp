@@ -55,14 +55,17 @@ Status ZygoteHandle::start() {
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, pair->second.get(), 3);  // dup2 clears CLOEXEC
-  std::vector<std::string> args{config_.python, "-c", kWorkerBootstrap, "--control-fd", "3",
-                                "--device", config_.device, "--work-root", config_.work_root,
-                                "--init", config_.init_path, "--programs-per-worker",
+  std::vector<std::string> args{config_.worker_path, "--control-fd", "3", "--device", config_.device,
+                                "--work-root", config_.work_root, "--programs-per-worker",
                                 std::to_string(config_.programs_per_worker)};
   if (!config_.reuse_check) args.push_back("--no-reuse-check");
   if (config_.cuda_connections > 0) {
     args.push_back("--cuda-connections");
     args.push_back(std::to_string(config_.cuda_connections));
+  }
+  if (!config_.python.empty()) {
+    args.push_back("--python");
+    args.push_back(config_.python);
   }
   if (!config_.preload.empty()) {
     std::string modules;
@@ -92,11 +95,11 @@ Status ZygoteHandle::start() {
   posix_spawnattr_setsigdefault(&attributes, &defaults);
   posix_spawnattr_setsigmask(&attributes, &empty);
   posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
-  int rc = ::posix_spawn(&pid_, config_.python.c_str(), &actions, &attributes, argv.data(), envp.data());
+  int rc = ::posix_spawn(&pid_, config_.worker_path.c_str(), &actions, &attributes, argv.data(), envp.data());
   posix_spawnattr_destroy(&attributes);
   posix_spawn_file_actions_destroy(&actions);
   if (rc != 0)
-    return fail(ErrorKind::engine, "cannot start the worker parent (" + config_.python + "): " + std::strerror(rc));
+    return fail(ErrorKind::engine, "cannot start " + config_.worker_path + ": " + std::strerror(rc));
   channel_ = Channel(std::move(pair->first), kMaxMessageBytes);
   ready_ = false;
   forks_asked_ = 0;

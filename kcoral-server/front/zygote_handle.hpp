@@ -35,36 +35,18 @@
 namespace kcoral {
 
 struct ZygoteConfig {
+  std::string worker_path;
   std::string device = "cpu";
   std::string work_root;
-  std::string python;     // runs the worker parent (kWorkerBootstrap)
-  std::string init_path;  // kcoral-init
+  std::string python;
   std::vector<std::string> preload;  // modules the zygote imports before it forks
   std::size_t programs_per_worker = 1;
   bool reuse_check = true;   // false: reused workers are not checked between programs
   int cuda_connections = 0;  // > 0: the workers' CUDA_DEVICE_MAX_CONNECTIONS
-  std::vector<std::string> sandbox_args;  // passed on to the worker parent as they are
+  std::vector<std::string> sandbox_args;  // passed on to kcoral-worker as they are
   std::vector<std::string> program_environment;  // NAME=VALUE, --program-env
   std::uint64_t memory_limit_bytes = 0;          // named in the failure of a program out of memory
 };
-
-// The worker parent's start: `python -c kWorkerBootstrap FLAGS...` loads kcoral._native
-// from the kcoral package of that Python, without importing the package itself (whose
-// modules could start threads before the worker parent unshares), and hands the flags to
-// its worker_main (worker/worker_parent.hpp). sys.argv and sys.path[0] are left as an
-// embedded interpreter has them, for the programs' sake.
-inline constexpr const char* kWorkerBootstrap =
-    "import importlib.machinery, importlib.util, sys\n"
-    "arguments, sys.argv = sys.argv[1:], ['']\n"
-    "if sys.path[:1] == ['']: del sys.path[0]\n"
-    "package = importlib.util.find_spec('kcoral')\n"
-    "found = package and importlib.machinery.PathFinder.find_spec('_native', package.submodule_search_locations)\n"
-    "if not found: sys.exit(f'the worker parent: {sys.executable} has no kcoral._native: install the server side "
-    "(pip install \"kcoral[server]\") into its environment, or name another Python with --python')\n"
-    "spec = importlib.util.spec_from_file_location('kcoral._native', found.origin)\n"
-    "native = sys.modules['kcoral._native'] = importlib.util.module_from_spec(spec)\n"
-    "spec.loader.exec_module(native)\n"
-    "native.worker_main(arguments)\n";
 
 // What the zygote takes from the server's environment, when set there.
 inline constexpr const char* kMachineryVariables[] = {"LD_LIBRARY_PATH", "PYTHONPATH", "PYTHONHOME", "KCORAL_PYTHON"};

@@ -1,8 +1,5 @@
-// The worker parent (zygote) that kcoral-server starts, and, forked from it, the worker
-// processes that run programs (see zygote.hpp): run_worker_parent, which the native
-// module's worker_main calls under the Python the front started.
-#include "worker_parent.hpp"
-
+// kcoral-worker: the worker parent (zygote) that kcoral-server starts, and, forked from
+// it, the worker processes that run programs (see zygote.hpp).
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -17,6 +14,7 @@
 #include "channel.hpp"
 #include "kcoral/executor.hpp"
 #include "messages.hpp"
+#include "executable_path.hpp"
 #include "process_tree.hpp"
 #include "program_environment.hpp"
 #include "user_id_pool.hpp"
@@ -32,6 +30,13 @@ void raise_descriptor_limit() {
     limit.rlim_cur = limit.rlim_max;
     ::setrlimit(RLIMIT_NOFILE, &limit);
   }
+}
+
+// The Python of the environment this binary was installed into (bin/kcoral-worker next
+// to bin/python3), so a pip-installed server embeds its own virtual environment.
+std::string python_beside_this_binary() {
+  std::string candidate = kcoral::beside_this_binary("python3");
+  return ::access(candidate.c_str(), X_OK) == 0 ? candidate : std::string();
 }
 
 // The start line's account of the preload: "numpy 0.21 s, torch 3.90 s; not installed:
@@ -55,17 +60,15 @@ std::string describe_preload(const std::vector<kcoral::PreloadedModule>& modules
 
 }  // namespace
 
-namespace kcoral {
-
-int run_worker_parent(const std::vector<std::string>& arguments) {
-  CLI::App app{"the worker parent of kcoral-server (started by it, not by hand)"};
+int main(int argc, char** argv) {
+  CLI::App app{"kcoral-worker: the worker processes of kcoral-server (started by it, not by hand)"};
   int control_fd = -1;
-  std::string init_path;
+  std::string python;
   kcoral::ZygoteOptions options;
   app.add_option("--control-fd", control_fd, "descriptor of the channel to the front")->required();
   app.add_option("--device", options.device, "cpu or gpu")->check(CLI::IsMember({"cpu", "gpu"}));
   app.add_option("--work-root", options.work_root, "where programs' working directories go")->required();
-  app.add_option("--init", init_path, "path of kcoral-init, each sandbox's first process")->required();
+  app.add_option("--python", python, "the Python environment to embed");
   app.add_option("--programs-per-worker", options.programs_per_worker, "programs a worker runs before exiting")
       ->check(CLI::PositiveNumber);
   app.add_flag("!--no-reuse-check", options.reuse_check, "reuse workers without checking their state between programs");
@@ -90,16 +93,11 @@ int run_worker_parent(const std::vector<std::string>& arguments) {
       ->delimiter(',');
   std::vector<std::string> program_env;
   app.add_option("--program-env", program_env, "NAME=VALUE in every program's environment (repeatable)");
-  try {
-    std::vector<std::string> reversed(arguments.rbegin(), arguments.rend());  // CLI11's order
-    app.parse(reversed);
-  } catch (const CLI::ParseError& error) {
-    return app.exit(error);
-  }
+  CLI11_PARSE(app, argc, argv);
   if (!uid_range.empty()) {
     auto range = kcoral::parse_id_range(uid_range);
     if (!range) {
-      std::fprintf(stderr, "kcoral worker parent: --sandbox-uid-range: %s\n", range.error().message.c_str());
+      std::fprintf(stderr, "kcoral-worker: --sandbox-uid-range: %s\n", range.error().message.c_str());
       return 2;
     }
     std::tie(sandbox_config.first_uid, sandbox_config.last_uid) = *range;
@@ -107,7 +105,7 @@ int run_worker_parent(const std::vector<std::string>& arguments) {
   for (const std::string& assignment : program_env) {
     auto variable = kcoral::parse_environment_assignment(assignment);
     if (!variable) {
-      std::fprintf(stderr, "kcoral worker parent: --program-env: %s\n", variable.error().message.c_str());
+      std::fprintf(stderr, "kcoral-worker: --program-env: %s\n", variable.error().message.c_str());
       return 2;
     }
     options.program_environment.push_back(std::move(*variable));
@@ -128,14 +126,14 @@ int run_worker_parent(const std::vector<std::string>& arguments) {
   sandbox_config.enabled = sandbox == "namespaces";
   sandbox_config.gpu = gpu;
   sandbox_config.root_mountpoint = options.work_root + "/sandbox-root";
-  sandbox_config.init_path = init_path;
+  sandbox_config.init_path = kcoral::beside_this_binary("kcoral-init");
   kcoral::Sandbox sandboxes(sandbox_config);
   if (auto prepared = sandboxes.prepare_zygote(); !prepared) return failed(prepared.error().message);
 
+  if (python.empty()) python = python_beside_this_binary();
   // The heavy imports happen once, here, not in every child; each only if it leaves this
-  // process safe to fork (no CUDA: each child makes its own context). The interpreter is
-  // the one running this process.
-  auto executor = kcoral::Executor::create({{}, options.work_root, {}, gpu});
+  // process safe to fork (no CUDA: each child makes its own context).
+  auto executor = kcoral::Executor::create({python, options.work_root, {}, gpu});
   if (!executor) return failed(executor.error().message);
   auto preloaded = (*executor)->preload(preload);
   if (!preloaded) return failed(preloaded.error().message);
@@ -171,5 +169,3 @@ int run_worker_parent(const std::vector<std::string>& arguments) {
   }
   return zygote.serve(signal_fd, std::move(versions));
 }
-
-}  // namespace kcoral
