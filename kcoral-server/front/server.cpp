@@ -28,22 +28,28 @@ namespace kcoral {
 namespace {
 
 
-// The sandbox settings, as kcoral-worker takes them.
-std::vector<std::string> sandbox_args(const ServerConfig& config) {
-  std::vector<std::string> args{"--sandbox", config.sandbox,
-                                "--memory-limit-bytes", std::to_string(config.memory_limit_bytes),
-                                "--file-size-limit-bytes", std::to_string(config.file_size_limit_bytes),
-                                "--process-limit", std::to_string(config.process_limit),
-                                "--open-files-limit", std::to_string(config.open_files_limit),
-                                "--scratch-bytes", std::to_string(config.scratch_bytes),
-                                "--compile-cache-bytes", std::to_string(config.compile_cache_bytes),
-                                "--sandbox-uid-range",
-                                std::to_string(config.sandbox_first_uid) + "-" + std::to_string(config.sandbox_last_uid)};
-  for (const std::string& path : config.readable_paths) {
-    args.push_back("--readable-path");
-    args.push_back(path);
-  }
-  return args;
+// The worker parent's command line, from the server's flags.
+WorkerOptions worker_options(const ServerConfig& config) {
+  WorkerOptions out;
+  out.device = config.device;
+  out.work_root = config.work_root;
+  out.python = config.python;
+  out.preload = config.preload;
+  out.programs_per_worker = config.programs_per_worker;
+  out.reuse_check = config.reuse_check == "state";
+  out.cuda_connections = config.cuda_connections;
+  out.sandboxed = config.sandbox == "namespaces";
+  out.memory_limit_bytes = config.memory_limit_bytes;
+  out.file_size_limit_bytes = config.file_size_limit_bytes;
+  out.process_limit = config.process_limit;
+  out.open_files_limit = config.open_files_limit;
+  out.scratch_bytes = config.scratch_bytes;
+  out.compile_cache_bytes = config.compile_cache_bytes;
+  out.first_uid = config.sandbox_first_uid;
+  out.last_uid = config.sandbox_last_uid;
+  out.readable_paths = config.readable_paths;
+  out.program_environment = config.program_environment;
+  return out;
 }
 
 // One line on what programs run in, printed at start.
@@ -94,10 +100,7 @@ int run_server(ServerConfig config) {
   pool_config.programs_per_worker = config.programs_per_worker;
   // CPU workers make no context: no more of them are prepared than run at once.
   pool_config.context_inits_at_once = config.device == "gpu" ? config.context_inits_at_once : 1;
-  pool_config.zygote = {config.worker_path, config.device, config.work_root, config.python,
-                        config.preload, config.programs_per_worker, config.reuse_check == "state",
-                        config.cuda_connections, sandbox_args(config),
-                        config.program_environment, config.memory_limit_bytes};
+  pool_config.zygote = {config.worker_path, worker_options(config)};
   pool_config.workers_per_group = config.num_workers;
   // A result's frame holds its returned values' JSON and both captured streams.
   pool_config.max_message_bytes = config.max_response_bytes + 2 * config.max_output_limit_bytes + (1u << 20);

@@ -17,7 +17,7 @@ WorkerSupply::~WorkerSupply() { stop(); }
 
 Status WorkerSupply::start() {
   std::error_code ec;
-  std::filesystem::create_directories(config_.zygote.work_root, ec);
+  std::filesystem::create_directories(config_.zygote.worker.work_root, ec);
   zygote_ = std::make_unique<ZygoteHandle>(
       strand_, config_.zygote,
       ZygoteHandle::Callbacks{[this](std::map<std::string, std::string> versions) {
@@ -116,7 +116,7 @@ void WorkerSupply::on_gone(const WorkerPtr& worker) {
   if (it == workers_.end() || it->second != worker) return;
   workers_.erase(it);
   // Normally the zygote removes this when it reaps the child; not if it died first.
-  remove_tree(config_.zygote.work_root + "/" + std::to_string(worker->pid()));
+  remove_tree(config_.zygote.worker.work_root + "/" + std::to_string(worker->pid()));
   events_.gone(worker);
   top_up();
 }

@@ -55,33 +55,12 @@ Status ZygoteHandle::start() {
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, pair->second.get(), 3);  // dup2 clears CLOEXEC
-  std::vector<std::string> args{config_.worker_path, "--control-fd", "3", "--device", config_.device,
-                                "--work-root", config_.work_root, "--programs-per-worker",
-                                std::to_string(config_.programs_per_worker)};
-  if (!config_.reuse_check) args.push_back("--no-reuse-check");
-  if (config_.cuda_connections > 0) {
-    args.push_back("--cuda-connections");
-    args.push_back(std::to_string(config_.cuda_connections));
-  }
-  if (!config_.python.empty()) {
-    args.push_back("--python");
-    args.push_back(config_.python);
-  }
-  if (!config_.preload.empty()) {
-    std::string modules;
-    for (const std::string& module : config_.preload) modules += (modules.empty() ? "" : ",") + module;
-    args.push_back("--preload");
-    args.push_back(modules);
-  }
-  args.insert(args.end(), config_.sandbox_args.begin(), config_.sandbox_args.end());
-  for (const std::string& assignment : config_.program_environment) {
-    args.push_back("--program-env");
-    args.push_back(assignment);
-  }
+  std::vector<std::string> args = config_.worker.to_argv();
+  args.insert(args.begin(), config_.worker_path);
   std::vector<char*> argv;
   for (std::string& arg : args) argv.push_back(arg.data());
   argv.push_back(nullptr);
-  std::vector<std::string> environment = zygote_environment(environ, config_.program_environment);
+  std::vector<std::string> environment = zygote_environment(environ, config_.worker.program_environment);
   std::vector<char*> envp;
   for (std::string& variable : environment) envp.push_back(variable.data());
   envp.push_back(nullptr);
@@ -180,8 +159,8 @@ void ZygoteHandle::handle(wire::Received received) {
     std::optional<std::string> failure;
     if (exited->out_of_memory.value_or(false))
       failure = "the program ran out of memory: its processes together reached its memory limit of " +
-                std::to_string(config_.memory_limit_bytes >> 20) + " MiB (--memory-limit-bytes " +
-                std::to_string(config_.memory_limit_bytes) + "), and all of them were killed";
+                std::to_string(config_.worker.memory_limit_bytes >> 20) + " MiB (--memory-limit-bytes " +
+                std::to_string(config_.worker.memory_limit_bytes) + "), and all of them were killed";
     callbacks_.on_exited(static_cast<pid_t>(exited->pid), how, std::move(failure));
   } else if (auto* failed = std::get_if<wire::ZygoteFailed>(&received.message)) {
     callbacks_.on_failed(failed->message);

@@ -31,21 +31,13 @@
 
 #include "channel.hpp"
 #include "messages.hpp"
+#include "worker_options.hpp"
 
 namespace kcoral {
 
 struct ZygoteConfig {
-  std::string worker_path;
-  std::string device = "cpu";
-  std::string work_root;
-  std::string python;
-  std::vector<std::string> preload;  // modules the zygote imports before it forks
-  std::size_t programs_per_worker = 1;
-  bool reuse_check = true;   // false: reused workers are not checked between programs
-  int cuda_connections = 0;  // > 0: the workers' CUDA_DEVICE_MAX_CONNECTIONS
-  std::vector<std::string> sandbox_args;  // passed on to kcoral-worker as they are
-  std::vector<std::string> program_environment;  // NAME=VALUE, --program-env
-  std::uint64_t memory_limit_bytes = 0;          // named in the failure of a program out of memory
+  std::string worker_path;  // kcoral-worker
+  WorkerOptions worker;     // its command line
 };
 
 // What the zygote takes from the server's environment, when set there.

@@ -6,7 +6,6 @@
 #include <sys/signalfd.h>
 #include <unistd.h>
 
-#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -17,7 +16,7 @@
 #include "executable_path.hpp"
 #include "process_tree.hpp"
 #include "program_environment.hpp"
-#include "user_id_pool.hpp"
+#include "worker_options.hpp"
 #include "zygote.hpp"
 
 namespace {
@@ -61,48 +60,20 @@ std::string describe_preload(const std::vector<kcoral::PreloadedModule>& modules
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"kcoral-worker: the worker processes of kcoral-server (started by it, not by hand)"};
-  int control_fd = -1;
-  std::string python;
-  kcoral::ZygoteOptions options;
-  app.add_option("--control-fd", control_fd, "descriptor of the channel to the front")->required();
-  app.add_option("--device", options.device, "cpu or gpu")->check(CLI::IsMember({"cpu", "gpu"}));
-  app.add_option("--work-root", options.work_root, "where programs' working directories go")->required();
-  app.add_option("--python", python, "the Python environment to embed");
-  app.add_option("--programs-per-worker", options.programs_per_worker, "programs a worker runs before exiting")
-      ->check(CLI::PositiveNumber);
-  app.add_flag("!--no-reuse-check", options.reuse_check, "reuse workers without checking their state between programs");
-  app.add_option("--cuda-connections", options.cuda_connections, "CUDA_DEVICE_MAX_CONNECTIONS of the workers")
-      ->check(CLI::Range(0, 32));
-  // The sandbox (see sandbox.hpp); kcoral-server's --help explains each.
-  kcoral::SandboxConfig sandbox_config;
-  std::string sandbox = "namespaces";
-  app.add_option("--sandbox", sandbox)->check(CLI::IsMember({"namespaces", "none"}));
-  app.add_option("--memory-limit-bytes", sandbox_config.memory_bytes);
-  app.add_option("--file-size-limit-bytes", sandbox_config.file_size_bytes);
-  app.add_option("--process-limit", sandbox_config.processes);
-  app.add_option("--open-files-limit", sandbox_config.open_files);
-  app.add_option("--scratch-bytes", sandbox_config.scratch_bytes);
-  app.add_option("--compile-cache-bytes", options.compile_cache_bytes,
-                 "each tenant's compile cache, which the front mounts in a sandbox (0: none)");
-  std::string uid_range;
-  app.add_option("--sandbox-uid-range", uid_range);
-  app.add_option("--readable-path", sandbox_config.readable_paths);
-  std::vector<std::string> preload;
-  app.add_option("--preload", preload, "modules the worker parent imports before it forks (comma-separated)")
-      ->delimiter(',');
-  std::vector<std::string> program_env;
-  app.add_option("--program-env", program_env, "NAME=VALUE in every program's environment (repeatable)");
-  CLI11_PARSE(app, argc, argv);
-  if (!uid_range.empty()) {
-    auto range = kcoral::parse_id_range(uid_range);
-    if (!range) {
-      std::fprintf(stderr, "kcoral-worker: --sandbox-uid-range: %s\n", range.error().message.c_str());
-      return 2;
-    }
-    std::tie(sandbox_config.first_uid, sandbox_config.last_uid) = *range;
+  auto parsed = kcoral::WorkerOptions::parse({argv + 1, argv + argc});
+  if (!parsed) {
+    std::fprintf(stderr, "%s\n", parsed.error().message.c_str());
+    return 2;
   }
-  for (const std::string& assignment : program_env) {
+  const kcoral::WorkerOptions& flags = *parsed;
+  kcoral::ZygoteOptions options;
+  options.device = flags.device;
+  options.work_root = flags.work_root;
+  options.programs_per_worker = flags.programs_per_worker;
+  options.reuse_check = flags.reuse_check;
+  options.cuda_connections = flags.cuda_connections;
+  options.compile_cache_bytes = flags.compile_cache_bytes;
+  for (const std::string& assignment : flags.program_environment) {
     auto variable = kcoral::parse_environment_assignment(assignment);
     if (!variable) {
       std::fprintf(stderr, "kcoral-worker: --program-env: %s\n", variable.error().message.c_str());
@@ -110,11 +81,20 @@ int main(int argc, char** argv) {
     }
     options.program_environment.push_back(std::move(*variable));
   }
+  kcoral::SandboxConfig sandbox_config;
+  sandbox_config.memory_bytes = flags.memory_limit_bytes;
+  sandbox_config.file_size_bytes = flags.file_size_limit_bytes;
+  sandbox_config.processes = flags.process_limit;
+  sandbox_config.open_files = flags.open_files_limit;
+  sandbox_config.scratch_bytes = flags.scratch_bytes;
+  sandbox_config.first_uid = flags.first_uid;
+  sandbox_config.last_uid = flags.last_uid;
+  sandbox_config.readable_paths = flags.readable_paths;
 
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the front
   raise_descriptor_limit();
   kcoral::become_subreaper();
-  Channel control{kcoral::UniqueFd(control_fd)};
+  Channel control{kcoral::UniqueFd(flags.control_fd)};
   auto failed = [&](const std::string& message) {
     (void)kcoral::wire::send(control, kcoral::wire::ZygoteFailed{message});
     return 1;
@@ -123,19 +103,19 @@ int main(int argc, char** argv) {
   // Before the interpreter starts threads: a zygote that is not root enters a user
   // namespace of its own here, which a threaded process cannot.
   bool gpu = options.device == "gpu";
-  sandbox_config.enabled = sandbox == "namespaces";
+  sandbox_config.enabled = flags.sandboxed;
   sandbox_config.gpu = gpu;
   sandbox_config.root_mountpoint = options.work_root + "/sandbox-root";
   sandbox_config.init_path = kcoral::beside_this_binary("kcoral-init");
   kcoral::Sandbox sandboxes(sandbox_config);
   if (auto prepared = sandboxes.prepare_zygote(); !prepared) return failed(prepared.error().message);
 
-  if (python.empty()) python = python_beside_this_binary();
+  std::string python = flags.python.empty() ? python_beside_this_binary() : flags.python;
   // The heavy imports happen once, here, not in every child; each only if it leaves this
   // process safe to fork (no CUDA: each child makes its own context).
   auto executor = kcoral::Executor::create({python, options.work_root, {}, gpu});
   if (!executor) return failed(executor.error().message);
-  auto preloaded = (*executor)->preload(preload);
+  auto preloaded = (*executor)->preload(flags.preload);
   if (!preloaded) return failed(preloaded.error().message);
   std::fprintf(stderr, "kcoral-server: preloaded: %s\n", describe_preload(*preloaded).c_str());
   auto versions = (*executor)->versions();
