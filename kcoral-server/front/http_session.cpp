@@ -265,7 +265,7 @@ void HttpSession::handle(HttpRequest request) {
     boost::asio::post(self->stream_.get_executor(), [self, job = std::move(job), outcome = std::move(outcome), version,
                                                      keep_alive]() mutable {
       if (self->client_gone_) {
-        record_execute(self->state_, {job->request_id, job->client, 0, "", "abandoned", ErrorKind::busy,
+        record_execute(self->state_, {job->request_id, job->client, 0, std::nullopt, "abandoned", ErrorKind::busy,
                                       "the client went away before its answer", &job->program, outcome.timings,
                                       std::chrono::duration<double>(Clock::now() - job->received).count(),
                                       job->request_bytes, 0, job->tenant});
@@ -386,7 +386,7 @@ void HttpSession::reject_and_close(const Error& error, bool drain) {
     // one tenant is everyone's): who shows none must not rotate the clients' lines away.
     std::optional<std::size_t> tenant =
         error.kind == ErrorKind::unauthorized ? std::nullopt : tenant_of(parser_->get(), state_);
-    record_execute(state_, {request_id, peer_, static_cast<int>(response_->result_int()), "ERROR", {}, error.kind,
+    record_execute(state_, {request_id, peer_, static_cast<int>(response_->result_int()), ResponseStatus::error, {}, error.kind,
                             error.message, nullptr, {}, 0, 0, response_->body().size(), tenant});
   }
   send_response([self = shared_from_this(), drain](beast::error_code ec) {

@@ -41,9 +41,12 @@ std::string request_id_of(const HttpRequest& request) {
 }
 
 // The label an /execute response is counted under in the metrics.
-std::string_view outcome_label(int http_status, std::string_view body_status) {
+std::string_view outcome_label(int http_status, std::optional<ResponseStatus> body_status) {
   switch (http_status) {
-    case 200: return body_status == "COMPLETED" ? "completed" : body_status == "FAILED" ? "failed" : "cache_miss";
+    case 200:
+      return body_status == ResponseStatus::completed ? "completed"
+             : body_status == ResponseStatus::failed  ? "failed"
+                                                      : "cache_miss";
     case 400: return "rejected";
     case 401: return "unauthorized";
     case 408: return "slow_client";
@@ -102,7 +105,7 @@ RouteResult execute(const HttpRequest& request, ServerState& state, std::string 
   // The session let the request through on its token, so it has a tenant; should it not,
   // nothing runs (and no blob is stored) without one.
   std::optional<std::size_t> tenant = tenant_of(request, state);
-  auto answer = [&](const EncodedResponse& encoded, std::string_view status, const Error* error,
+  auto answer = [&](const EncodedResponse& encoded, ResponseStatus status, const Error* error,
                     const Program* program) {
     record_execute(state, {request_id, client, encoded.http_status, status, {},
                            error ? std::optional(error->kind) : std::nullopt, error ? error->message : "", program,
@@ -114,11 +117,11 @@ RouteResult execute(const HttpRequest& request, ServerState& state, std::string 
   };
   if (!tenant) {
     Error refused = *check_access(request, state);
-    return answer(encode_error(request_id, refused), "ERROR", &refused, nullptr);
+    return answer(encode_error(request_id, refused), ResponseStatus::error, &refused, nullptr);
   }
   if (state.stopping) {
     Error busy{ErrorKind::busy, "the server is shutting down"};
-    return answer(encode_error(request_id, busy), "ERROR", &busy, nullptr);
+    return answer(encode_error(request_id, busy), ResponseStatus::error, &busy, nullptr);
   }
   auto content_type = request[http::field::content_type];
   auto admitted = admit_execute(request_id, {content_type.data(), content_type.size()}, request.body(), state.blobs,
@@ -196,7 +199,7 @@ HttpResponse finish_execute(const ExecuteJob& job, JobOutcome outcome, ServerSta
   }
   if (!outcome.worker_retired.empty()) state.metrics.record_worker_retired(outcome.worker_retired);
   ExecuteAnswer answer = answer_execute(job.request_id, std::move(outcome.result), outcome.timings, state.execute);
-  if (answer.status == "ERROR" && answer.error) {  // it may have become response_too_large
+  if (answer.status == ResponseStatus::error && answer.error) {  // it may have become response_too_large
     error_kind = answer.error->kind;
     error_message = answer.error->message;
   }
@@ -219,7 +222,7 @@ void record_execute(ServerState& state, const ExecuteRecord& record) {
             {"tenant", record.tenant ? Json(state.tenants.name(*record.tenant)) : Json(nullptr)},
             {"outcome", label},
             {"http_status", record.http_status},
-            {"status", record.status}};
+            {"status", record.status ? to_wire(*record.status) : ""}};
   line["error"] = record.error_kind ? Json{{"kind", to_wire(*record.error_kind)},
                                            {"message", std::string(record.error_message.substr(0, 300))}}
                                     : Json(nullptr);

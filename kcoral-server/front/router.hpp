@@ -82,7 +82,7 @@ struct ExecuteRecord {
   std::string_view request_id;
   std::string_view client;
   int http_status = 0;
-  std::string_view status;   // the body's: COMPLETED, FAILED, CACHE_MISS or ERROR
+  std::optional<ResponseStatus> status;  // the body's; none: no answer was sent (abandoned)
   std::string_view outcome;  // the metrics label when not the status's (abandoned)
   std::optional<ErrorKind> error_kind;
   std::string_view error_message;

@@ -10,14 +10,14 @@ std::variant<AdmittedRequest, ExecuteAnswer> admit_execute(std::string_view requ
                                                            std::string_view tenant, const ExecuteSettings& settings,
                                                            const BlobStore::CopyBudget& copies) {
   auto error = [&](const Error& failure) {
-    return ExecuteAnswer{encode_error(request_id, failure), "ERROR", failure, std::nullopt};
+    return ExecuteAnswer{encode_error(request_id, failure), ResponseStatus::error, failure, std::nullopt};
   };
   auto parsed = parse_execute_request(content_type, body, {});
   if (!parsed) return error(parsed.error());
   auto resolved = store.resolve(tenant, parsed->program, std::move(parsed->blobs), copies);
   if (!resolved) return error(resolved.error());
   if (!resolved->missing.empty())
-    return ExecuteAnswer{encode_cache_miss(request_id, resolved->missing), "CACHE_MISS", std::nullopt,
+    return ExecuteAnswer{encode_cache_miss(request_id, resolved->missing), ResponseStatus::cache_miss, std::nullopt,
                          std::move(parsed->program)};
 
   AdmittedRequest request;
@@ -40,14 +40,14 @@ ExecuteAnswer answer_execute(std::string_view request_id, Result<ProgramResult> 
   // kind, not an instruction's.
   if (outcome && outcome->error && !is_program_kind(outcome->error->kind))
     outcome = fail(outcome->error->kind, outcome->error->message);
-  if (!outcome) return {encode_error(request_id, outcome.error()), "ERROR", outcome.error(), std::nullopt};
+  if (!outcome) return {encode_error(request_id, outcome.error()), ResponseStatus::error, outcome.error(), std::nullopt};
   ExecuteAnswer answer{encode_program_response(request_id, *outcome, timings),
-                       outcome->completed() ? "COMPLETED" : "FAILED", std::nullopt, std::nullopt};
+                       outcome->completed() ? ResponseStatus::completed : ResponseStatus::failed, std::nullopt, std::nullopt};
   if (answer.response.body.size() > settings.max_response_bytes) {
     Error too_large{ErrorKind::response_too_large, "the response (" + std::to_string(answer.response.body.size()) +
                                                        " bytes) exceeds the limit of " +
                                                        std::to_string(settings.max_response_bytes) + " bytes"};
-    answer = {encode_error(request_id, too_large), "ERROR", too_large, std::nullopt};
+    answer = {encode_error(request_id, too_large), ResponseStatus::error, too_large, std::nullopt};
   }
   return answer;
 }

@@ -4,6 +4,16 @@
 #include "kcoral/codec.hpp"
 
 namespace kcoral {
+
+std::string_view to_wire(ResponseStatus status) {
+  switch (status) {
+    case ResponseStatus::completed: return "COMPLETED";
+    case ResponseStatus::failed: return "FAILED";
+    case ResponseStatus::cache_miss: return "CACHE_MISS";
+    case ResponseStatus::error: return "ERROR";
+  }
+  return "ERROR";
+}
 namespace {
 
 using Json = nlohmann::ordered_json;
@@ -39,7 +49,7 @@ EncodedResponse json_response(int status, const Json& body) {
 
 EncodedResponse encode_program_response(std::string_view request_id, const ProgramResult& result,
                                         const ResponseTimings& timings) {
-  Json head{{"status", result.completed() ? "COMPLETED" : "FAILED"},
+  Json head{{"status", to_wire(result.completed() ? ResponseStatus::completed : ResponseStatus::failed)},
             {"request_id", request_id},
             {"queue_ms", timings.queue_ms},
             {"elapsed_ms", timings.elapsed_ms},
@@ -71,12 +81,12 @@ EncodedResponse encode_program_response(std::string_view request_id, const Progr
 EncodedResponse encode_cache_miss(std::string_view request_id,
                                   const std::vector<std::string>& missing) {
   return json_response(
-      200, Json{{"status", "CACHE_MISS"}, {"request_id", request_id}, {"missing_blobs", missing}});
+      200, Json{{"status", to_wire(ResponseStatus::cache_miss)}, {"request_id", request_id}, {"missing_blobs", missing}});
 }
 
 EncodedResponse encode_error(std::string_view request_id, const Error& error) {
   return json_response(http_status(error.kind),
-                       Json{{"status", "ERROR"},
+                       Json{{"status", to_wire(ResponseStatus::error)},
                             {"request_id", request_id},
                             {"error", {{"kind", to_wire(error.kind)}, {"message", error.message}}}});
 }

@@ -166,6 +166,13 @@ TEST_CASE("captured output that is not UTF-8 is replaced, not thrown on") {
   CHECK(out.find(" end") != std::string::npos);
 }
 
+TEST_CASE("a response status's wire word is the protocol's") {
+  CHECK(kcoral::to_wire(kcoral::ResponseStatus::completed) == "COMPLETED");
+  CHECK(kcoral::to_wire(kcoral::ResponseStatus::failed) == "FAILED");
+  CHECK(kcoral::to_wire(kcoral::ResponseStatus::cache_miss) == "CACHE_MISS");
+  CHECK(kcoral::to_wire(kcoral::ResponseStatus::error) == "ERROR");
+}
+
 TEST_CASE("a cache miss lists the missing digests in order") {
   auto response = kcoral::encode_cache_miss("rid", {"bbbb", "aaaa"});
   CHECK(response.http_status == 200);

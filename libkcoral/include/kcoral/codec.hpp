@@ -35,6 +35,10 @@ struct ExecuteRequest {
                                                            std::string_view body,
                                                            const RequestLimits& limits);
 
+// A response body's status: its wire word (COMPLETED, FAILED, CACHE_MISS, ERROR), one table.
+enum class ResponseStatus { completed, failed, cache_miss, error };
+[[nodiscard]] std::string_view to_wire(ResponseStatus status);
+
 struct EncodedResponse {
   int http_status = 200;
   std::string content_type;

@@ -50,7 +50,7 @@ struct AdmittedRequest {
 // the server's records the request error (status ERROR) or the program (CACHE_MISS).
 struct ExecuteAnswer {
   EncodedResponse response;
-  std::string_view status;
+  ResponseStatus status = ResponseStatus::error;
   std::optional<Error> error;
   std::optional<Program> program;
 };

@@ -39,7 +39,7 @@ std::vector<std::string> names_in(const std::string& directory) {
 }
 
 // A record of the given status; the rest is left as a refusal's would be.
-kcoral::ExecuteRecord record_of(std::string_view request_id, int http_status, std::string_view status) {
+kcoral::ExecuteRecord record_of(std::string_view request_id, int http_status, kcoral::ResponseStatus status) {
   kcoral::ExecuteRecord record{};
   record.request_id = request_id;
   record.client = "127.0.0.1:4321";
@@ -49,7 +49,7 @@ kcoral::ExecuteRecord record_of(std::string_view request_id, int http_status, st
 }
 
 kcoral::ExecuteRecord unauthorized() {
-  kcoral::ExecuteRecord record = record_of("refused", 401, "ERROR");
+  kcoral::ExecuteRecord record = record_of("refused", 401, kcoral::ResponseStatus::error);
   record.error_kind = kcoral::ErrorKind::unauthorized;
   record.error_message = "this server needs a bearer token";
   record.tenant = std::nullopt;
@@ -90,7 +90,7 @@ TEST_CASE("with tokens, records that showed none go to anonymous.jsonl and canno
   auto anonymous = open_log({dir.path(), 2000, 2, "anonymous.jsonl"});
   server.state.event_log = events.get();
   server.state.anonymous_log = anonymous.get();
-  kcoral::record_execute(server.state, record_of("a-client", 200, "COMPLETED"));
+  kcoral::record_execute(server.state, record_of("a-client", 200, kcoral::ResponseStatus::completed));
   for (int i = 0; i < 800; ++i) kcoral::record_execute(server.state, unauthorized());
   auto kept = lines_of(dir / "events.jsonl");
   REQUIRE(kept.size() == 1);
@@ -116,7 +116,7 @@ TEST_CASE("line separators and every other non-ASCII character are escaped; inva
   auto events = open_log({dir.path(), 1 << 20, 2});
   server.state.event_log = events.get();
   std::string message = "a\u2028b\u2029c\u0085d \u00e9 \xff!";
-  kcoral::ExecuteRecord failed = record_of("r", 200, "FAILED");
+  kcoral::ExecuteRecord failed = record_of("r", 200, kcoral::ResponseStatus::failed);
   failed.error_kind = kcoral::ErrorKind::runtime;
   failed.error_message = message;
   kcoral::record_execute(server.state, failed);
@@ -141,10 +141,10 @@ TEST_CASE("a worker's retirement reason is one line of ASCII, cut at 300 bytes; 
   // The worker wrote it: a megabyte of line breaks, separators and invalid UTF-8.
   std::string reason;
   while (reason.size() < (1u << 20)) reason += "\n\u2028\xff\r";
-  kcoral::ExecuteRecord retired = record_of("retired", 200, "COMPLETED");
+  kcoral::ExecuteRecord retired = record_of("retired", 200, kcoral::ResponseStatus::completed);
   retired.worker_retired = reason;
   kcoral::record_execute(server.state, retired);
-  kcoral::record_execute(server.state, record_of("kept", 200, "COMPLETED"));
+  kcoral::record_execute(server.state, record_of("kept", 200, kcoral::ResponseStatus::completed));
   auto lines = lines_of(dir / "events.jsonl");
   REQUIRE(lines.size() == 2);
   CHECK(lines[0].size() < 4000);
@@ -161,7 +161,7 @@ TEST_CASE("a line names its tenant by the operator's name, never its token; an a
   auto anonymous = open_log({dir.path(), 1 << 20, 2, "anonymous.jsonl"});
   server.state.event_log = events.get();
   server.state.anonymous_log = anonymous.get();
-  kcoral::ExecuteRecord bobs = record_of("bob's", 200, "COMPLETED");
+  kcoral::ExecuteRecord bobs = record_of("bob's", 200, kcoral::ResponseStatus::completed);
   bobs.tenant = 1;
   kcoral::record_execute(server.state, bobs);
   kcoral::record_execute(server.state, unauthorized());
