@@ -10,6 +10,7 @@
 
 #include "kcoral/blob_store.hpp"
 #include "kcoral/codec.hpp"
+#include "kcoral/execute.hpp"
 #include "kcoral/program.hpp"
 #include "kcoral/program_result.hpp"
 
@@ -44,13 +45,9 @@ struct ExecuteJob {
   std::size_t tenant = 0;  // whose program it is: an index into the server's Tenants
   std::string client;      // the peer's address, for the event log
   std::uint64_t request_bytes = 0;
-  std::string program_json;  // as received; the worker parses it again
-  Program program;
-  BlobMap blobs;
-  BlobStore::Pin pin;  // keeps the blobs cached while the job lives
-  double timeout_seconds = 300;
-  std::uint64_t output_limit_bytes = 1u << 20;
-  std::uint64_t max_binary_bytes = 256u << 20;
+  // The program, its blobs (pinned in the cache while the job lives) and its limits, as
+  // admit_execute accepted them; the worker parses program_json again.
+  AdmittedRequest admitted;
   Clock::time_point received = Clock::now();
   // Called exactly once, on the pool's strand, with the job itself; it must hand the
   // response's encoding to another executor (the HTTP session's).

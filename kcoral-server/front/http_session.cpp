@@ -266,7 +266,7 @@ void HttpSession::handle(HttpRequest request) {
                                                      keep_alive]() mutable {
       if (self->client_gone_) {
         record_execute(self->state_, {job->request_id, job->client, 0, std::nullopt, "abandoned", ErrorKind::busy,
-                                      "the client went away before its answer", &job->program, outcome.timings,
+                                      "the client went away before its answer", &job->admitted.program, outcome.timings,
                                       std::chrono::duration<double>(Clock::now() - job->received).count(),
                                       job->request_bytes, 0, job->tenant});
         self->answering_job_ = false;

@@ -135,13 +135,7 @@ RouteResult execute(const HttpRequest& request, ServerState& state, std::string 
   job->tenant = *tenant;
   job->client = std::string(client);
   job->request_bytes = request.body().size();
-  job->program_json = std::move(admitted_request.program_json);  // the worker parses it again
-  job->program = std::move(admitted_request.program);
-  job->blobs = std::move(admitted_request.blobs);
-  job->pin = std::move(admitted_request.pin);
-  job->timeout_seconds = admitted_request.timeout_seconds;
-  job->output_limit_bytes = admitted_request.output_limit_bytes;
-  job->max_binary_bytes = admitted_request.max_binary_bytes;
+  job->admitted = std::move(admitted_request);
   job->received = received;
   return {std::nullopt, std::move(job)};
 }
@@ -204,7 +198,7 @@ HttpResponse finish_execute(const ExecuteJob& job, JobOutcome outcome, ServerSta
     error_message = answer.error->message;
   }
   record_execute(state, {job.request_id, job.client, answer.response.http_status, answer.status, {}, error_kind,
-                         error_message, &job.program, outcome.timings,
+                         error_message, &job.admitted.program, outcome.timings,
                          std::chrono::duration<double>(Clock::now() - job.received).count(), job.request_bytes,
                          answer.response.body.size(), job.tenant, outcome.worker_retired});
   return make_response(std::move(answer.response), job.request_id, http_version, keep_alive);

@@ -43,7 +43,7 @@ Status send_job(const Channel& channel, const ExecuteJob& job) {
     fds.clear();
     return sent;
   };
-  for (const auto& [digest, blob] : job.blobs) {
+  for (const auto& [digest, blob] : job.admitted.blobs) {
     auto file = std::find(fds.begin(), fds.end(), blob.fd());
     if (file == fds.end()) {
       if (fds.size() == Channel::kMaxFds - 1)
@@ -57,7 +57,7 @@ Status send_job(const Channel& channel, const ExecuteJob& job) {
     batch.sizes.push_back(blob.size());
   }
   if (auto status = flush(); !status) return status;
-  return wire::send(channel, wire::Run{job.request_id, job.program_json, job.output_limit_bytes, job.max_binary_bytes});
+  return wire::send(channel, wire::Run{job.request_id, job.admitted.program_json, job.admitted.output_limit_bytes, job.admitted.max_binary_bytes});
 }
 
 }  // namespace
@@ -173,7 +173,7 @@ void WorkerHandle::on_init_lease(bool acquire) {
 
 void WorkerHandle::on_progress(std::uint64_t index) {
   if (state_ != State::running) return violation("'progress' without a job");
-  if (index >= job_->program.instructions().size()) return violation("progress past the program's end");
+  if (index >= job_->admitted.program.instructions().size()) return violation("progress past the program's end");
   if (progress_ && index <= *progress_) return violation("progress that goes back");
   progress_ = index;
 }
@@ -245,7 +245,7 @@ void WorkerHandle::on_result(wire::Result message, std::vector<UniqueFd> fds) {
 // The program fails at the return whose values were too deep (the last instruction when
 // the worker named no return of the program), with every returned value dropped.
 ProgramResult WorkerHandle::too_deep(const ReturnedValuesRefusal& refusal, wire::Result message) const {
-  const auto& instructions = job_->program.instructions();
+  const auto& instructions = job_->admitted.program.instructions();
   std::size_t index = instructions.size() - 1;
   for (std::size_t i = 0; i < instructions.size(); ++i) {
     const auto* value = std::get_if<ReturnValue>(&instructions[i]);
@@ -277,11 +277,11 @@ Result<ProgramResult> WorkerHandle::decode_result(wire::Result message, std::vec
   if (!fds.empty()) {
     std::uint64_t declared = 0;
     for (std::uint64_t size : message.part_sizes) {
-      if (size > job_->max_binary_bytes - std::min(declared, job_->max_binary_bytes))
+      if (size > job_->admitted.max_binary_bytes - std::min(declared, job_->admitted.max_binary_bytes))
         return fail(ErrorKind::engine, "result parts exceed the job's binary limit");
       declared += size;
     }
-    auto parts = Blob::from_untrusted_fd(std::move(fds.front()), job_->max_binary_bytes);
+    auto parts = Blob::from_untrusted_fd(std::move(fds.front()), job_->admitted.max_binary_bytes);
     if (!parts) return std::unexpected(parts.error());
     if (parts->size() != declared) return fail(ErrorKind::engine, "the result parts are not the size declared");
     std::size_t offset = 0;
@@ -294,7 +294,7 @@ Result<ProgramResult> WorkerHandle::decode_result(wire::Result message, std::vec
     const wire::ErrorDetail& e = *message.error;
     auto kind = error_kind_from_wire(e.kind);
     if (!kind || !worker_may_report(*kind)) return fail(ErrorKind::engine, "a result with error kind '" + e.kind.substr(0, 64) + "'");
-    if (e.index > job_->program.instructions().size()) return fail(ErrorKind::engine, "a result failing past the program's end");
+    if (e.index > job_->admitted.program.instructions().size()) return fail(ErrorKind::engine, "a result failing past the program's end");
     if (e.cuda_call.has_value() != e.location.has_value())
       return fail(ErrorKind::engine, "a result with half a gpu_access detail");
     InstructionError error{*kind, e.message, e.index, e.op, e.id, e.traceback, std::nullopt};
@@ -323,7 +323,7 @@ bool WorkerHandle::run(std::shared_ptr<ExecuteJob> job) {
   interfered_request_id_.reset();
   lease_ = LeaseState::none;
   // A progress per instruction, a lease asked and given back per instruction, a few more.
-  messages_left_ = 16 + 3 * job_->program.instructions().size();
+  messages_left_ = 16 + 3 * job_->admitted.program.instructions().size();
   start_deadline();
   return true;
 }
@@ -392,7 +392,7 @@ void WorkerHandle::start_failed(const std::string& why, bool timed_out) {
 void WorkerHandle::crashed(const std::string& how, const std::optional<std::string>& failure) {
   kill_tree();
   std::shared_ptr<ExecuteJob> job = job_;
-  const auto& instructions = job->program.instructions();
+  const auto& instructions = job->admitted.program.instructions();
   // Without a progress, the program had not started; unless the zygote knows it failed
   // (out of memory), whatever it was doing.
   std::optional<std::uint64_t> index = progress_;
@@ -486,7 +486,7 @@ void WorkerHandle::arm_ready_deadline(Clock::duration remaining) {
 
 void WorkerHandle::start_deadline() {
   paused_remaining_.reset();
-  arm_deadline(seconds_duration(job_->timeout_seconds));
+  arm_deadline(seconds_duration(job_->admitted.timeout_seconds));
 }
 
 void WorkerHandle::pause_deadline() {
@@ -510,7 +510,7 @@ void WorkerHandle::arm_deadline(Clock::duration remaining) {
     if (ec || self->job_ != job || self->paused_remaining_ || Clock::now() < self->deadline_at_) return;
     self->kill_tree();
     self->finish(fail(ErrorKind::timeout, "the program ran past its timeout of " +
-                                              seconds_text(job->timeout_seconds) + "; its processes were killed"));
+                                              seconds_text(job->admitted.timeout_seconds) + "; its processes were killed"));
     self->let_go();
   });
 }

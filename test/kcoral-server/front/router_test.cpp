@@ -195,8 +195,8 @@ TEST_CASE("missing blobs are a 200 CACHE_MISS listing them; supplied ones are ca
                                {blob_name("also missing"), "application/octet-stream", "also missing"}});
   CHECK_FALSE(again.response.has_value());
   REQUIRE(again.job);
-  CHECK(again.job->blobs.size() == 3);
-  CHECK(again.job->blobs.at(kcoral::sha256_hex("have")).view() == "have");
+  CHECK(again.job->admitted.blobs.size() == 3);
+  CHECK(again.job->admitted.blobs.at(kcoral::sha256_hex("have")).view() == "have");
 }
 
 TEST_CASE("a complete /execute becomes a job with defaults taken from the config") {
@@ -207,12 +207,12 @@ TEST_CASE("a complete /execute becomes a job with defaults taken from the config
   REQUIRE(routed.job);
   const kcoral::ExecuteJob& job = *routed.job;
   CHECK(kcoral::is_canonical_request_id(job.request_id));
-  CHECK(job.program_json == program);
-  CHECK(job.program.instructions().size() == 1);
-  CHECK(job.blobs.at(kcoral::sha256_hex("data")).view() == "data");
-  CHECK(job.timeout_seconds == server.config.default_timeout_seconds);
-  CHECK(job.output_limit_bytes == server.config.default_output_limit_bytes);
-  CHECK(job.max_binary_bytes == server.config.max_response_bytes);
+  CHECK(job.admitted.program_json == program);
+  CHECK(job.admitted.program.instructions().size() == 1);
+  CHECK(job.admitted.blobs.at(kcoral::sha256_hex("data")).view() == "data");
+  CHECK(job.admitted.timeout_seconds == server.config.default_timeout_seconds);
+  CHECK(job.admitted.output_limit_bytes == server.config.default_output_limit_bytes);
+  CHECK(job.admitted.max_binary_bytes == server.config.max_response_bytes);
 }
 
 TEST_CASE("a job's timeout and output limit are clamped to the server maximum") {
@@ -224,11 +224,11 @@ TEST_CASE("a job's timeout and output limit are clamped to the server maximum") 
     return routed.job;
   };
   auto big = job_with(R"({"timeout_seconds":100000,"output_limit_bytes":1099511627776})");
-  CHECK(big->timeout_seconds == server.config.max_timeout_seconds);
-  CHECK(big->output_limit_bytes == server.config.max_output_limit_bytes);
+  CHECK(big->admitted.timeout_seconds == server.config.max_timeout_seconds);
+  CHECK(big->admitted.output_limit_bytes == server.config.max_output_limit_bytes);
   auto small = job_with(R"({"timeout_seconds":0.5,"output_limit_bytes":0})");
-  CHECK(small->timeout_seconds == 0.5);
-  CHECK(small->output_limit_bytes == 0);
+  CHECK(small->admitted.timeout_seconds == 0.5);
+  CHECK(small->admitted.output_limit_bytes == 0);
 }
 
 TEST_CASE("while stopping, /execute is 503 busy with Retry-After") {
@@ -410,7 +410,7 @@ TEST_CASE("a tenant's blobs are its own: another naming the digest gets the CACH
   // Alice, naming it again without the blob, has it.
   auto again = server.execute({program_part(program_with_bytes({secret}))}, {}, "token-a");
   REQUIRE(again.job);
-  CHECK(again.job->blobs.at(kcoral::sha256_hex(secret)).view() == secret);
+  CHECK(again.job->admitted.blobs.at(kcoral::sha256_hex(secret)).view() == secret);
   // Bob's own upload of the same bytes runs as his.
   auto bobs = server.execute({program_part(program_with_bytes({secret})),
                               {blob_name(secret), "application/octet-stream", secret}},

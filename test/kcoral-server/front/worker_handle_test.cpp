@@ -39,11 +39,11 @@ std::shared_ptr<kcoral::ExecuteJob> make_job(double timeout_seconds = 30, std::u
   REQUIRE(built.has_value());
   auto job = std::make_shared<kcoral::ExecuteJob>();
   job->request_id = "request-1";
-  job->program_json = "{}";
-  job->program = std::move(built->program);
-  job->blobs = std::move(built->blobs);
-  job->timeout_seconds = timeout_seconds;
-  job->max_binary_bytes = max_binary_bytes;
+  job->admitted.program_json = "{}";
+  job->admitted.program = std::move(built->program);
+  job->admitted.blobs = std::move(built->blobs);
+  job->admitted.timeout_seconds = timeout_seconds;
+  job->admitted.max_binary_bytes = max_binary_bytes;
   return job;
 }
 
@@ -182,7 +182,7 @@ TEST_CASE("a job's blobs arrive in batches under the descriptor limit, then its 
   auto job = make_job();
   for (int i = 0; i < 600; ++i) {
     std::string data = "blob " + std::to_string(i);
-    job->blobs.emplace(std::to_string(i), *kcoral::Blob::copy_of(data));
+    job->admitted.blobs.emplace(std::to_string(i), *kcoral::Blob::copy_of(data));
   }
   h.send(wire::Ready{});
   REQUIRE(h.pump([&] { return h.idle == 1; }));
@@ -195,12 +195,12 @@ TEST_CASE("a job's blobs arrive in batches under the descriptor limit, then its 
     CHECK(received.fds.size() < kcoral::Channel::kMaxFds);
     for (std::size_t i = 0; i < batch.digests.size(); ++i) {
       auto blob = kcoral::Blob::from_fd(std::move(received.fds[i]));
-      CHECK(blob->view() == job->blobs.at(batch.digests[i]).view());
+      CHECK(blob->view() == job->admitted.blobs.at(batch.digests[i]).view());
     }
     blobs += batch.digests.size();
     ++batches;
   }
-  CHECK(blobs == job->blobs.size());
+  CHECK(blobs == job->admitted.blobs.size());
   CHECK(batches >= 3);
 }
 
