@@ -57,15 +57,8 @@ std::string describe_preload(const std::vector<kcoral::PreloadedModule>& modules
   return out;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  auto parsed = kcoral::WorkerOptions::parse({argv + 1, argv + argc});
-  if (!parsed) {
-    std::fprintf(stderr, "%s\n", parsed.error().message.c_str());
-    return 2;
-  }
-  const kcoral::WorkerOptions& flags = *parsed;
+// The zygote's part of the front's flags; an error names a --program-env that is not NAME=VALUE.
+kcoral::Result<kcoral::ZygoteOptions> zygote_options(const kcoral::WorkerOptions& flags) {
   kcoral::ZygoteOptions options;
   options.device = flags.device;
   options.work_root = flags.work_root;
@@ -75,21 +68,41 @@ int main(int argc, char** argv) {
   options.compile_cache_bytes = flags.compile_cache_bytes;
   for (const std::string& assignment : flags.program_environment) {
     auto variable = kcoral::parse_environment_assignment(assignment);
-    if (!variable) {
-      std::fprintf(stderr, "kcoral-worker: --program-env: %s\n", variable.error().message.c_str());
-      return 2;
-    }
+    if (!variable) return kcoral::fail(kcoral::ErrorKind::engine, "--program-env: " + variable.error().message);
     options.program_environment.push_back(std::move(*variable));
   }
-  kcoral::SandboxConfig sandbox_config;
-  sandbox_config.memory_bytes = flags.memory_limit_bytes;
-  sandbox_config.file_size_bytes = flags.file_size_limit_bytes;
-  sandbox_config.processes = flags.process_limit;
-  sandbox_config.open_files = flags.open_files_limit;
-  sandbox_config.scratch_bytes = flags.scratch_bytes;
-  sandbox_config.first_uid = flags.first_uid;
-  sandbox_config.last_uid = flags.last_uid;
-  sandbox_config.readable_paths = flags.readable_paths;
+  return options;
+}
+
+// The sandbox's limits and paths of the front's flags (the rest is set where it is known).
+kcoral::SandboxConfig sandbox_limits(const kcoral::WorkerOptions& flags) {
+  kcoral::SandboxConfig config;
+  config.memory_bytes = flags.memory_limit_bytes;
+  config.file_size_bytes = flags.file_size_limit_bytes;
+  config.processes = flags.process_limit;
+  config.open_files = flags.open_files_limit;
+  config.scratch_bytes = flags.scratch_bytes;
+  config.first_uid = flags.first_uid;
+  config.last_uid = flags.last_uid;
+  config.readable_paths = flags.readable_paths;
+  return config;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  auto parsed = kcoral::WorkerOptions::parse({argv + 1, argv + argc});
+  if (!parsed) {
+    std::fprintf(stderr, "%s\n", parsed.error().message.c_str());
+    return 2;
+  }
+  const kcoral::WorkerOptions& flags = *parsed;
+  auto options = zygote_options(flags);
+  if (!options) {
+    std::fprintf(stderr, "kcoral-worker: %s\n", options.error().message.c_str());
+    return 2;
+  }
+  kcoral::SandboxConfig sandbox_config = sandbox_limits(flags);
 
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the front
   raise_descriptor_limit();
@@ -102,10 +115,10 @@ int main(int argc, char** argv) {
 
   // Before the interpreter starts threads: a zygote that is not root enters a user
   // namespace of its own here, which a threaded process cannot.
-  bool gpu = options.device == "gpu";
+  bool gpu = options->device == "gpu";
   sandbox_config.enabled = flags.sandboxed;
   sandbox_config.gpu = gpu;
-  sandbox_config.root_mountpoint = options.work_root + "/sandbox-root";
+  sandbox_config.root_mountpoint = options->work_root + "/sandbox-root";
   sandbox_config.init_path = kcoral::beside_this_binary("kcoral-init");
   kcoral::Sandbox sandboxes(sandbox_config);
   if (auto prepared = sandboxes.prepare_zygote(); !prepared) return failed(prepared.error().message);
@@ -113,14 +126,14 @@ int main(int argc, char** argv) {
   std::string python = flags.python.empty() ? python_beside_this_binary() : flags.python;
   // The heavy imports happen once, here, not in every child; each only if it leaves this
   // process safe to fork (no CUDA: each child makes its own context).
-  auto executor = kcoral::Executor::create({python, options.work_root, {}, gpu});
+  auto executor = kcoral::Executor::create({python, options->work_root, {}, gpu});
   if (!executor) return failed(executor.error().message);
   auto preloaded = (*executor)->preload(flags.preload);
   if (!preloaded) return failed(preloaded.error().message);
   std::fprintf(stderr, "kcoral-server: preloaded: %s\n", describe_preload(*preloaded).c_str());
   auto versions = (*executor)->versions();
   (*executor)->prepare_for_fork();
-  options.interpreter_bin = kcoral::interpreter_bin();
+  options->interpreter_bin = kcoral::interpreter_bin();
 
   // What workers may read: the interpreter's environment and the libraries' directories.
   sandboxes.add_readable_paths(kcoral::interpreter_paths());
@@ -141,7 +154,7 @@ int main(int argc, char** argv) {
   sigaddset(&mask, SIGINT);
   ::sigprocmask(SIG_BLOCK, &mask, nullptr);
   int signal_fd = ::signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
-  kcoral::Zygote zygote(options, **executor, sandboxes, std::move(control));
+  kcoral::Zygote zygote(*options, **executor, sandboxes, std::move(control));
   // A sandbox that cannot be made here fails the start, not every program.
   if (sandbox_config.enabled) {
     if (auto tried = zygote.trial(); !tried) return zygote.failed_to_start(tried.error().message);
