@@ -105,6 +105,7 @@ Json fields_to_json(const T& message) {
 template <class T>
 Json to_json(const T& value) {
   if constexpr (std::is_same_v<T, ErrorDetail>) return fields_to_json(value);
+  else if constexpr (std::is_same_v<T, ErrorKind>) return Json(std::string(to_wire(value)));
   else return Json(value);
 }
 
@@ -135,6 +136,12 @@ Problem read(Json& json, std::int64_t& out) {
     return "must be an integer";
   }
   out = json.get<std::int64_t>();
+  return {};
+}
+Problem read(Json& json, ErrorKind& out) {
+  std::optional<ErrorKind> kind = json.is_string() ? error_kind_from_wire(json.get_ref<const std::string&>()) : std::nullopt;
+  if (!kind) return "must be an error kind's name";
+  out = *kind;
   return {};
 }
 Problem read(Json& json, double& out) {

@@ -98,7 +98,7 @@ struct Failed {
 };
 // The failed instruction of a Result.
 struct ErrorDetail {
-  std::string kind;  // an ErrorKind's wire string
+  ErrorKind kind = ErrorKind::runtime;  // on the channel, its wire string
   std::string message;
   std::uint64_t index = 0;
   std::string op;

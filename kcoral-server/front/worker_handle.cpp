@@ -292,12 +292,12 @@ Result<ProgramResult> WorkerHandle::decode_result(wire::Result message, std::vec
   }
   if (message.error) {
     const wire::ErrorDetail& e = *message.error;
-    auto kind = error_kind_from_wire(e.kind);
-    if (!kind || !worker_may_report(*kind)) return fail(ErrorKind::engine, "a result with error kind '" + e.kind.substr(0, 64) + "'");
+    if (!worker_may_report(e.kind))
+      return fail(ErrorKind::engine, "a result with error kind '" + std::string(to_wire(e.kind)) + "'");
     if (e.index > job_->admitted.program.instructions().size()) return fail(ErrorKind::engine, "a result failing past the program's end");
     if (e.cuda_call.has_value() != e.location.has_value())
       return fail(ErrorKind::engine, "a result with half a gpu_access detail");
-    InstructionError error{*kind, e.message, e.index, e.op, e.id, e.traceback, std::nullopt};
+    InstructionError error{e.kind, e.message, e.index, e.op, e.id, e.traceback, std::nullopt};
     if (e.cuda_call) error.gpu_access = GpuAccessDetail{*e.cuda_call, *e.location, interfered_request_id_};
     result.error = std::move(error);
   }

@@ -120,7 +120,7 @@ Status send_result(Courier& courier, const ProgramResult& result, bool continues
                        std::nullopt,
                        std::move(retired)};
   if (const auto& error = result.error) {
-    message.error = wire::ErrorDetail{std::string(to_wire(error->kind)), error->message, error->instruction_index,
+    message.error = wire::ErrorDetail{error->kind, error->message, error->instruction_index,
                                       error->instruction_op, error->traceback, error->instruction_id,
                                       std::nullopt, std::nullopt};
     if (error->gpu_access) {

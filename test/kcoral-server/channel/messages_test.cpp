@@ -22,7 +22,7 @@ namespace {
 // One of each message, every field set to something other than its default.
 std::vector<wire::Message> one_of_each() {
   wire::Result result{true, R"({"out":{"type":"int","value":"1"}})", "out ü", true, "err", false, 12.5, {3, 0, 7},
-                      wire::ErrorDetail{"runtime", "boom", 2, "run", "Traceback...", "r", "cuLaunchKernel", "x.py:3"},
+                      wire::ErrorDetail{kcoral::ErrorKind::runtime, "boom", 2, "run", "Traceback...", "r", "cuLaunchKernel", "x.py:3"},
                       "threads: 3 after the program, 2 before"};
   return {wire::Fork{"GPU-1234"},
           wire::ZygoteReady{{{"python", "3.11"}, {"numpy", "2.0"}}},
@@ -137,12 +137,29 @@ TEST_CASE("an unknown field is refused, at the top and inside the error") {
   CHECK(refusal(R"({"type":"ready","continues":true})") == "a 'ready' message: has a field it does not define");
   CHECK(refusal(R"({"type":"progress","index":1,"request_id":"x"})").find("does not define") != std::string::npos);
   wire::Result result;
-  result.error = wire::ErrorDetail{"runtime", "m", 0, "run", "", std::nullopt, std::nullopt, std::nullopt};
+  result.error = wire::ErrorDetail{kcoral::ErrorKind::runtime, "m", 0, "run", "", std::nullopt, std::nullopt, std::nullopt};
   std::string text = wire::encode(result);
   auto at = text.find(R"("kind":)");
   REQUIRE(at != std::string::npos);
   text.insert(at, R"("severity":"high",)");
   CHECK(refusal(text).find("'error' has a field it does not define") != std::string::npos);
+}
+
+TEST_CASE("an error kind the protocol does not name is refused as the frame is read") {
+  wire::Result result;
+  result.error = wire::ErrorDetail{kcoral::ErrorKind::gpu_access, "m", 0, "run", "", std::nullopt, "cuInit", "f.py:1"};
+  std::string text = wire::encode(result);
+  const std::string kind = R"("kind":"gpu_access")";
+  auto at = text.find(kind);
+  REQUIRE(at != std::string::npos);
+  for (std::string other : {R"("kind":"made_up")", R"("kind":"")", R"("kind":7)", R"("kind":"RUNTIME")"}) {
+    std::string changed = text;
+    changed.replace(at, kind.size(), other);
+    CHECK(refusal(changed).find("'kind' must be an error kind's name") != std::string::npos);
+  }
+  auto decoded = wire::decode(text, 0);
+  REQUIRE(decoded);
+  CHECK(std::get<wire::Result>(*decoded).error->kind == kcoral::ErrorKind::gpu_access);
 }
 
 TEST_CASE("nesting past a message's own and floods of values are refused as they are read") {

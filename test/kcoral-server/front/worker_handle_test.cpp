@@ -208,7 +208,7 @@ TEST_CASE("a failed program's error comes through with its instruction") {
   Harness h;
   h.take(make_job());
   wire::Result failed = completed();
-  failed.error = wire::ErrorDetail{"runtime", "boom", 2, "run", "Traceback", "out", std::nullopt, std::nullopt};
+  failed.error = wire::ErrorDetail{kcoral::ErrorKind::runtime, "boom", 2, "run", "Traceback", "out", std::nullopt, std::nullopt};
   h.send(failed);
   REQUIRE(h.pump([&] { return h.outcome.has_value(); }));
   REQUIRE(h.outcome->result.has_value());
@@ -296,7 +296,7 @@ TEST_CASE("results that are not what they claim kill the worker") {
     Harness h;
     h.take(make_job());
     wire::Result result = completed();
-    result.error = wire::ErrorDetail{"busy", "x", 0, "run", "", std::nullopt, std::nullopt, std::nullopt};
+    result.error = wire::ErrorDetail{kcoral::ErrorKind::busy, "x", 0, "run", "", std::nullopt, std::nullopt, std::nullopt};
     h.send(result);
     CHECK(h.engine_error().find("error kind 'busy'") != std::string::npos);
   }
@@ -438,7 +438,7 @@ TEST_CASE("a gpu_access notes whose program held the GPU") {
   h.take(make_job());
   h.send(wire::GpuAccess{});
   wire::Result result = completed();
-  result.error = wire::ErrorDetail{"gpu_access", "used the GPU", 2, "run", "", std::nullopt, "cuMemAlloc", "f.py:1"};
+  result.error = wire::ErrorDetail{kcoral::ErrorKind::gpu_access, "used the GPU", 2, "run", "", std::nullopt, "cuMemAlloc", "f.py:1"};
   h.send(result);
   REQUIRE(h.pump([&] { return h.outcome.has_value(); }));
   REQUIRE(h.outcome->result.has_value());
