@@ -262,7 +262,7 @@ if [[ ${1:-} != measure && ${1:-} != small-kernel && ${1:-} != tests && ${1:-} !
 example benchmark_kernel examples/benchmark_kernel.py KCORAL_URL=$gpu
 example remote_compile_client examples/remote_compile_client.py KCORAL_URL=$gpu
 example library_upload_client examples/library_upload_client.py KCORAL_URL=$gpu
-example remote_compilation_client examples/remote_compilation_client.py KCORAL_URL=$gpu KCORAL_CPU_URL=$cpu
+example cpu_build_gpu_run_client examples/cpu_build_gpu_run_client.py KCORAL_URL=$gpu KCORAL_CPU_URL=$cpu
 fi
 
 if [[ ${1:-} != measure && ${1:-} != small-kernel && ${1:-} != limits ]]; then

@@ -1,7 +1,7 @@
 """Build CUDA C into a library on a CPU server, then run, check and time it on a GPU server.
 
 KCORAL_CPU_URL=http://localhost:8001 KCORAL_URL=http://localhost:8000 \
-    python examples/remote_compilation_client.py
+    python examples/cpu_build_gpu_run_client.py
 
 The client needs no CUDA toolchain: the CPU server compiles (its nvcc, through TVM FFI)
 for the architecture the GPU server reports with Client.target(), and returns the shared
