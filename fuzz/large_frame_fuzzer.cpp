@@ -1,4 +1,4 @@
-// Fuzz target: wire::decode (kcoral-server/channel/messages.cpp) on large frames
+// Fuzz target: messages::decode (kcoral-server/channel/messages.cpp) on large frames
 // (large_text.hpp): frames of megabytes, as the text of a frame and as the text fields of a
 // result, nesting a million deep and floods of values among them. It must decode each in
 // time and memory linear in the frame (libFuzzer's -rss_limit_mb catches a frame that
@@ -33,12 +33,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
               R"(,"retired":)" + (field == 4 ? quoted : "\"\"") + "}";
     }
   }
-  auto message = kcoral::wire::decode(frame, 0);
+  auto message = kcoral::messages::decode(frame, 0);
   if (!message) {
     KCORAL_INVARIANT(message.error().kind == kcoral::ErrorKind::engine);
     return 0;
   }
-  auto again = kcoral::wire::decode(kcoral::wire::encode(*message), 0);
+  auto again = kcoral::messages::decode(kcoral::messages::encode(*message), 0);
   KCORAL_INVARIANT(again.has_value() && again->index() == message->index());
   return 0;
 }

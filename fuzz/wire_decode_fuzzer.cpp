@@ -1,4 +1,4 @@
-// Fuzz target: wire::decode (kcoral-server/channel/messages.cpp), how the front reads every
+// Fuzz target: messages::decode (kcoral-server/channel/messages.cpp), how the front reads every
 // frame a worker or the zygote sends it. Workers run the clients' code, so these frames
 // are hostile input.
 //
@@ -18,16 +18,16 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (size == 0) return 0;
   std::size_t descriptors = data[0];
   std::string_view text(reinterpret_cast<const char*>(data + 1), size - 1);
-  auto message = kcoral::wire::decode(text, descriptors);
+  auto message = kcoral::messages::decode(text, descriptors);
   if (!message) {
     KCORAL_INVARIANT(message.error().kind == kcoral::ErrorKind::engine);
     return 0;
   }
-  KCORAL_INVARIANT(kcoral::wire::descriptor_count(*message) == descriptors);
-  std::string encoded = kcoral::wire::encode(*message);
-  auto again = kcoral::wire::decode(encoded, descriptors);
+  KCORAL_INVARIANT(kcoral::messages::descriptor_count(*message) == descriptors);
+  std::string encoded = kcoral::messages::encode(*message);
+  auto again = kcoral::messages::decode(encoded, descriptors);
   KCORAL_INVARIANT(again.has_value());
   KCORAL_INVARIANT(again->index() == message->index());
-  KCORAL_INVARIANT(kcoral::wire::encode(*again) == encoded);
+  KCORAL_INVARIANT(kcoral::messages::encode(*again) == encoded);
   return 0;
 }

@@ -109,10 +109,10 @@ Status Channel::send(std::string_view json, const std::vector<int>& fds) const {
   }
 }
 
-Result<std::optional<Message>> Channel::receive() const {
-  std::string frame(kInlineBytes + 1, '\0');
+Result<std::optional<Frame>> Channel::receive() const {
+  std::string bytes(kInlineBytes + 1, '\0');
   std::vector<char> control(CMSG_SPACE(sizeof(int) * (kMaxFds + 1)));
-  iovec io{frame.data(), frame.size()};
+  iovec io{bytes.data(), bytes.size()};
   msghdr header{};
   header.msg_iov = &io;
   header.msg_iovlen = 1;
@@ -122,36 +122,36 @@ Result<std::optional<Message>> Channel::receive() const {
   do {
     n = ::recvmsg(socket_.get(), &header, MSG_CMSG_CLOEXEC);
   } while (n < 0 && errno == EINTR);
-  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return std::optional<Message>();
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return std::optional<Frame>();
   if (n < 0 && errno == ECONNRESET) return fail(ErrorKind::engine, "closed");
   if (n < 0) return system_error("recvmsg");
   if (n == 0) return fail(ErrorKind::engine, "closed");
 
-  Message message;
+  Frame frame;
   for (cmsghdr* cmsg = CMSG_FIRSTHDR(&header); cmsg != nullptr; cmsg = CMSG_NXTHDR(&header, cmsg)) {
     if (cmsg->cmsg_level != SOL_SOCKET || cmsg->cmsg_type != SCM_RIGHTS) continue;
     std::size_t count = (cmsg->cmsg_len - CMSG_LEN(0)) / sizeof(int);
     for (std::size_t i = 0; i < count; ++i) {
       int fd;
       std::memcpy(&fd, CMSG_DATA(cmsg) + i * sizeof(int), sizeof fd);
-      message.fds.emplace_back(fd);
+      frame.fds.emplace_back(fd);
     }
   }
   if (header.msg_flags & (MSG_TRUNC | MSG_CTRUNC))
     return fail(ErrorKind::engine, "a channel message was truncated");
-  frame.resize(static_cast<std::size_t>(n));
-  if (frame[0] != kSpilled && frame[0] != kInline) return fail(ErrorKind::engine, "a channel frame has no kind");
-  if (frame[0] == kSpilled) {
-    if (message.fds.empty()) return fail(ErrorKind::engine, "a spilled message came without its memfd");
-    auto text = unspill(message.fds.front().get(), max_text_bytes_);
+  bytes.resize(static_cast<std::size_t>(n));
+  if (bytes[0] != kSpilled && bytes[0] != kInline) return fail(ErrorKind::engine, "a channel frame has no kind");
+  if (bytes[0] == kSpilled) {
+    if (frame.fds.empty()) return fail(ErrorKind::engine, "a spilled message came without its memfd");
+    auto text = unspill(frame.fds.front().get(), max_text_bytes_);
     if (!text) return std::unexpected(text.error());
-    message.json = std::move(*text);
-    message.fds.erase(message.fds.begin());
+    frame.json = std::move(*text);
+    frame.fds.erase(frame.fds.begin());
   } else {
-    if (frame.size() - 1 > max_text_bytes_) return fail(ErrorKind::engine, "a message exceeds the limit");
-    message.json = frame.substr(1);
+    if (bytes.size() - 1 > max_text_bytes_) return fail(ErrorKind::engine, "a message exceeds the limit");
+    frame.json = bytes.substr(1);
   }
-  return std::optional<Message>(std::move(message));
+  return std::optional<Frame>(std::move(frame));
 }
 
 bool is_closed(const Error& error) { return error.message == "closed"; }

@@ -23,7 +23,7 @@
 
 namespace kcoral {
 
-struct Message {
+struct Frame {
   std::string json;
   std::vector<UniqueFd> fds;
 };
@@ -47,7 +47,7 @@ class Channel {
   // Receives one frame. nullopt: nothing to read (non-blocking socket); an error with
   // kind `engine` and message "closed" when the peer is gone, any other error when the
   // frame breaks the rules above (its descriptors are closed then).
-  [[nodiscard]] Result<std::optional<Message>> receive() const;
+  [[nodiscard]] Result<std::optional<Frame>> receive() const;
 
   [[nodiscard]] int fd() const { return socket_.get(); }
   [[nodiscard]] bool valid() const { return socket_.valid(); }

@@ -1,4 +1,4 @@
-// The channel messages on the wire: a field table per struct drives both the encoder and
+// The channel's messages as JSON: a field table per struct drives both the encoder and
 // the strict decoder, so the two cannot disagree.
 #include "messages.hpp"
 
@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <type_traits>
 
-namespace kcoral::wire {
+namespace kcoral::messages {
 namespace {
 
 using Json = nlohmann::json;
@@ -22,7 +22,7 @@ struct Field {
   M T::*member;
 };
 
-// Each message's fields, in wire order. A struct without an entry has no fields.
+// Each message's fields, in the order they are written. A struct without an entry has no fields.
 template <class T>
 inline constexpr auto kFields = std::tuple<>{};
 template <>
@@ -42,10 +42,10 @@ inline constexpr auto kFields<Blobs> =
     std::tuple{Field{"digests", &Blobs::digests}, Field{"files", &Blobs::files}, Field{"offsets", &Blobs::offsets},
                Field{"sizes", &Blobs::sizes}, Field{"file_count", &Blobs::file_count}};
 template <>
-inline constexpr auto kFields<Run> =
-    std::tuple{Field{"request_id", &Run::request_id}, Field{"program", &Run::program},
-               Field{"output_limit_bytes", &Run::output_limit_bytes},
-               Field{"max_binary_bytes", &Run::max_binary_bytes}};
+inline constexpr auto kFields<RunProgram> =
+    std::tuple{Field{"request_id", &RunProgram::request_id}, Field{"program", &RunProgram::program},
+               Field{"output_limit_bytes", &RunProgram::output_limit_bytes},
+               Field{"max_binary_bytes", &RunProgram::max_binary_bytes}};
 template <>
 inline constexpr auto kFields<Progress> = std::tuple{Field{"index", &Progress::index}};
 template <>
@@ -61,17 +61,17 @@ inline constexpr auto kFields<ErrorDetail> =
                Field{"traceback", &ErrorDetail::traceback}, Field{"id", &ErrorDetail::id},
                Field{"cuda_call", &ErrorDetail::cuda_call}, Field{"location", &ErrorDetail::location}};
 template <>
-inline constexpr auto kFields<Result> =
-    std::tuple{Field{"continues", &Result::continues},
-               Field{"results", &Result::results},
-               Field{"stdout", &Result::stdout_text},
-               Field{"stdout_truncated", &Result::stdout_truncated},
-               Field{"stderr", &Result::stderr_text},
-               Field{"stderr_truncated", &Result::stderr_truncated},
-               Field{"elapsed_ms", &Result::elapsed_ms},
-               Field{"part_sizes", &Result::part_sizes},
-               Field{"error", &Result::error},
-               Field{"retired", &Result::retired}};
+inline constexpr auto kFields<RunResult> =
+    std::tuple{Field{"continues", &RunResult::continues},
+               Field{"results", &RunResult::results},
+               Field{"stdout", &RunResult::stdout_text},
+               Field{"stdout_truncated", &RunResult::stdout_truncated},
+               Field{"stderr", &RunResult::stderr_text},
+               Field{"stderr_truncated", &RunResult::stderr_truncated},
+               Field{"elapsed_ms", &RunResult::elapsed_ms},
+               Field{"part_sizes", &RunResult::part_sizes},
+               Field{"error", &RunResult::error},
+               Field{"retired", &RunResult::retired}};
 
 template <class T>
 struct IsOptional : std::false_type {};
@@ -228,7 +228,7 @@ std::string_view name_of(const Message& message) { return kNames[message.index()
 std::size_t descriptor_count(const Message& message) {
   if (const auto* blobs = std::get_if<Blobs>(&message)) return static_cast<std::size_t>(blobs->file_count);
   if (std::holds_alternative<Forked>(message)) return 2;
-  if (const auto* result = std::get_if<Result>(&message)) return result->part_sizes.empty() ? 0 : 1;
+  if (const auto* result = std::get_if<RunResult>(&message)) return result->part_sizes.empty() ? 0 : 1;
   return 0;
 }
 
@@ -284,4 +284,4 @@ kcoral::Result<std::optional<Received>> receive(const Channel& channel) {
   return std::optional<Received>(Received{std::move(*message), std::move((*frame)->fds)});
 }
 
-}  // namespace kcoral::wire
+}  // namespace kcoral::messages

@@ -1,16 +1,16 @@
 // The channel protocol: every message between the front, the zygote and the workers, one
-// struct each, and the one table of their wire names.
+// struct each, and the one table of their type names.
 //
-// A message travels as the JSON object {"type": <wire name>, <its fields>} in one Channel
+// A message travels as the JSON object {"type": <type name>, <its fields>} in one Channel
 // frame, with exactly the descriptors it declares (`descriptor_count`). `decode` is
 // strict: an unknown type, a missing field, a field of the wrong type, an unknown field or
 // another number of descriptors is an error, never a default. Which message is valid when
 // is the receiver's business (the front's WorkerHandle and ZygoteHandle keep a state
 // machine each); this file knows the shapes only.
 //
-//   (void)send(channel, wire::Progress{3});
-//   auto message = receive(channel);        // Result<std::optional<wire::Received>>
-//   if (auto* progress = std::get_if<wire::Progress>(&(*message)->message)) ...
+//   (void)send(channel, messages::Progress{3});
+//   auto message = receive(channel);        // Result<std::optional<messages::Received>>
+//   if (auto* progress = std::get_if<messages::Progress>(&(*message)->message)) ...
 #pragma once
 
 #include <array>
@@ -26,7 +26,7 @@
 
 #include "channel.hpp"
 
-namespace kcoral::wire {
+namespace kcoral::messages {
 
 // front -> zygote: prepare one more worker, pinned to `visible_devices` (a GPU's UUID;
 // empty on a CPU server).
@@ -67,7 +67,7 @@ struct Blobs {
   std::uint64_t file_count = 0;
 };
 // front -> worker: the program to run (its blobs came before).
-struct Run {
+struct RunProgram {
   std::string request_id;
   std::string program;  // the program's JSON, as the client sent it
   std::uint64_t output_limit_bytes = 0;
@@ -96,9 +96,9 @@ struct GpuAccess {};
 struct Failed {
   std::string message;
 };
-// The failed instruction of a Result.
+// The failed instruction of a RunResult.
 struct ErrorDetail {
-  ErrorKind kind = ErrorKind::runtime;  // on the channel, its wire string
+  ErrorKind kind = ErrorKind::runtime;  // on the channel, its protocol name (to_wire)
   std::string message;
   std::uint64_t index = 0;
   std::string op;
@@ -112,7 +112,7 @@ struct ErrorDetail {
 inline constexpr std::size_t kMaxResultParts = std::size_t{1} << 20;
 // worker -> front: the program's result. Descriptor, when `part_sizes` is not empty: one
 // sealed memfd holding the binary parts back to back, in order, and nothing else.
-struct Result {
+struct RunResult {
   bool continues = false;  // the worker takes another program afterwards
   std::string results;     // the JSON object of returned values (docs/protocol.md)
   std::string stdout_text;
@@ -125,10 +125,10 @@ struct Result {
   std::string retired = {};  // why the worker takes no other program, before its count ran out
 };
 
-using Message = std::variant<Fork, ZygoteReady, Forked, Exited, ZygoteFailed, Blobs, Run, LeaseGranted, Ready,
-                             Progress, Lease, InitLease, GpuAccess, Failed, Result>;
+using Message = std::variant<Fork, ZygoteReady, Forked, Exited, ZygoteFailed, Blobs, RunProgram, LeaseGranted, Ready,
+                             Progress, Lease, InitLease, GpuAccess, Failed, RunResult>;
 
-// The wire names, in the order of Message's alternatives.
+// The type names, in the order of Message's alternatives.
 inline constexpr std::array<std::string_view, std::variant_size_v<Message>> kNames{
     "fork",  "zygote_ready", "forked",     "exited", "zygote_failed", "blobs",  "run",   "lease_granted",
     "ready", "progress",     "lease",      "init_lease", "gpu_access", "failed", "result"};
@@ -155,4 +155,4 @@ struct Received {
 // closed channel (is_closed) or a frame that is not a valid message.
 [[nodiscard]] kcoral::Result<std::optional<Received>> receive(const Channel& channel);
 
-}  // namespace kcoral::wire
+}  // namespace kcoral::messages

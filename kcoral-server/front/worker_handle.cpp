@@ -33,12 +33,12 @@ bool worker_may_report(ErrorKind kind) { return is_program_kind(kind) || kind ==
 // Sends a job's blobs, then its program. Blobs that share a memfd (those of one request)
 // share its descriptor; a batch carries at most the descriptors one frame may.
 Status send_job(const Channel& channel, const ExecuteJob& job) {
-  wire::Blobs batch;
+  messages::Blobs batch;
   std::vector<int> fds;
   auto flush = [&]() -> Status {
     if (batch.digests.empty()) return {};
     batch.file_count = fds.size();
-    Status sent = wire::send(channel, batch, fds);
+    Status sent = messages::send(channel, batch, fds);
     batch = {};
     fds.clear();
     return sent;
@@ -57,7 +57,7 @@ Status send_job(const Channel& channel, const ExecuteJob& job) {
     batch.sizes.push_back(blob.size());
   }
   if (auto status = flush(); !status) return status;
-  return wire::send(channel, wire::Run{job.request_id, job.admitted.program_json, job.admitted.output_limit_bytes, job.admitted.max_binary_bytes});
+  return messages::send(channel, messages::RunProgram{job.request_id, job.admitted.program_json, job.admitted.output_limit_bytes, job.admitted.max_binary_bytes});
 }
 
 }  // namespace
@@ -96,7 +96,7 @@ void WorkerHandle::read() {
                        [self = shared_from_this()](boost::system::error_code ec) {
                          if (ec || self->closed_ || self->state_ == State::gone) return;
                          for (int i = 0; i < kMessagesPerTurn; ++i) {
-                           auto received = wire::receive(self->channel_);
+                           auto received = messages::receive(self->channel_);
                            if (!received) {
                              if (is_closed(received.error())) return self->channel_closed();
                              return self->violation(received.error().message);
@@ -109,19 +109,19 @@ void WorkerHandle::read() {
                        });
 }
 
-void WorkerHandle::handle(wire::Received received) {
+void WorkerHandle::handle(messages::Received received) {
   if (job_ && messages_left_-- == 0) return violation("it sent more messages than its program explains");
   std::visit(
       [&](auto& message) {
         using T = std::decay_t<decltype(message)>;
-        if constexpr (std::is_same_v<T, wire::Ready>) on_ready();
-        else if constexpr (std::is_same_v<T, wire::InitLease>) on_init_lease(message.acquire);
-        else if constexpr (std::is_same_v<T, wire::Progress>) on_progress(message.index);
-        else if constexpr (std::is_same_v<T, wire::Lease>) on_lease(message.acquire);
-        else if constexpr (std::is_same_v<T, wire::GpuAccess>) on_gpu_access();
-        else if constexpr (std::is_same_v<T, wire::Result>) on_result(std::move(message), std::move(received.fds));
-        else if constexpr (std::is_same_v<T, wire::Failed>) on_failed(message.message);
-        else violation("a worker does not send '" + std::string(wire::name_of(received.message)) + "'");
+        if constexpr (std::is_same_v<T, messages::Ready>) on_ready();
+        else if constexpr (std::is_same_v<T, messages::InitLease>) on_init_lease(message.acquire);
+        else if constexpr (std::is_same_v<T, messages::Progress>) on_progress(message.index);
+        else if constexpr (std::is_same_v<T, messages::Lease>) on_lease(message.acquire);
+        else if constexpr (std::is_same_v<T, messages::GpuAccess>) on_gpu_access();
+        else if constexpr (std::is_same_v<T, messages::RunResult>) on_result(std::move(message), std::move(received.fds));
+        else if constexpr (std::is_same_v<T, messages::Failed>) on_failed(message.message);
+        else violation("a worker does not send '" + std::string(messages::name_of(received.message)) + "'");
       },
       received.message);
 }
@@ -219,7 +219,7 @@ void WorkerHandle::on_failed(const std::string& message) {
   let_go();
 }
 
-void WorkerHandle::on_result(wire::Result message, std::vector<UniqueFd> fds) {
+void WorkerHandle::on_result(messages::RunResult message, std::vector<UniqueFd> fds) {
   if (state_ != State::running) return violation("'result' without a job");
   if (auto checked = check_returned_values(message.results, message.part_sizes.size()); !checked) {
     if (checked.error().error.kind != ErrorKind::serialization) return violation(checked.error().error.message);
@@ -244,7 +244,7 @@ void WorkerHandle::on_result(wire::Result message, std::vector<UniqueFd> fds) {
 
 // The program fails at the return whose values were too deep (the last instruction when
 // the worker named no return of the program), with every returned value dropped.
-ProgramResult WorkerHandle::too_deep(const ReturnedValuesRefusal& refusal, wire::Result message) const {
+ProgramResult WorkerHandle::too_deep(const ReturnedValuesRefusal& refusal, messages::RunResult message) const {
   const auto& instructions = job_->admitted.program.instructions();
   std::size_t index = instructions.size() - 1;
   for (std::size_t i = 0; i < instructions.size(); ++i) {
@@ -266,9 +266,9 @@ ProgramResult WorkerHandle::too_deep(const ReturnedValuesRefusal& refusal, wire:
   return result;
 }
 
-Result<ProgramResult> WorkerHandle::decode_result(wire::Result message, std::vector<UniqueFd> fds) const {
-  if (message.part_sizes.size() > wire::kMaxResultParts)
-    return fail(ErrorKind::engine, "a result with more than " + std::to_string(wire::kMaxResultParts) + " parts");
+Result<ProgramResult> WorkerHandle::decode_result(messages::RunResult message, std::vector<UniqueFd> fds) const {
+  if (message.part_sizes.size() > messages::kMaxResultParts)
+    return fail(ErrorKind::engine, "a result with more than " + std::to_string(messages::kMaxResultParts) + " parts");
   ProgramResult result;
   result.results_json = std::move(message.results);
   result.stdout_output = {std::move(message.stdout_text), message.stdout_truncated};
@@ -291,7 +291,7 @@ Result<ProgramResult> WorkerHandle::decode_result(wire::Result message, std::vec
     }
   }
   if (message.error) {
-    const wire::ErrorDetail& e = *message.error;
+    const messages::ErrorDetail& e = *message.error;
     if (!worker_may_report(e.kind))
       return fail(ErrorKind::engine, "a result with error kind '" + std::string(to_wire(e.kind)) + "'");
     if (e.index > job_->admitted.program.instructions().size()) return fail(ErrorKind::engine, "a result failing past the program's end");
@@ -305,7 +305,7 @@ Result<ProgramResult> WorkerHandle::decode_result(wire::Result message, std::vec
 }
 
 void WorkerHandle::send_grant() {
-  if (!wire::send(channel_, wire::LeaseGranted{})) kill_tree();  // its channel tells the rest
+  if (!messages::send(channel_, messages::LeaseGranted{})) kill_tree();  // its channel tells the rest
 }
 
 bool WorkerHandle::run(std::shared_ptr<ExecuteJob> job) {
@@ -368,7 +368,7 @@ void WorkerHandle::exited(const std::string& how, const std::optional<std::strin
   // The exit notice can overtake the child's last messages (its result, say, or why it
   // could not start), which are still in its channel: read those first.
   while (!closed_ && (job_ || state_ == State::starting) && state_ != State::gone) {
-    auto received = wire::receive(channel_);
+    auto received = messages::receive(channel_);
     if (!received) {
       if (!is_closed(received.error())) return violation(received.error().message);
       break;

@@ -116,16 +116,16 @@ class WorkerHandle : public std::enable_shared_from_this<WorkerHandle> {
   enum class LeaseState { none, waiting, held };
 
   void read();
-  void handle(wire::Received received);
+  void handle(messages::Received received);
   void on_ready();
   void on_init_lease(bool acquire);
   void on_progress(std::uint64_t index);
   void on_lease(bool acquire);
   void on_gpu_access();
-  void on_result(wire::Result result, std::vector<UniqueFd> fds);
+  void on_result(messages::RunResult result, std::vector<UniqueFd> fds);
   void on_failed(const std::string& message);
-  Result<ProgramResult> decode_result(wire::Result result, std::vector<UniqueFd> fds) const;
-  ProgramResult too_deep(const ReturnedValuesRefusal& refusal, wire::Result message) const;
+  Result<ProgramResult> decode_result(messages::RunResult result, std::vector<UniqueFd> fds) const;
+  ProgramResult too_deep(const ReturnedValuesRefusal& refusal, messages::RunResult message) const;
   void send_grant();
   void violation(const std::string& why);
   void channel_closed();

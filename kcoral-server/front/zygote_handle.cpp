@@ -97,7 +97,7 @@ Status ZygoteHandle::start() {
 void ZygoteHandle::request_fork(const std::string& visible_devices) {
   if (!channel_.valid()) return;
   ++forks_asked_;
-  if (!wire::send(channel_, wire::Fork{visible_devices})) lost("the worker parent stopped answering");
+  if (!messages::send(channel_, messages::Fork{visible_devices})) lost("the worker parent stopped answering");
 }
 
 void ZygoteHandle::stop() {
@@ -128,7 +128,7 @@ void ZygoteHandle::wait_readable() {
 
 void ZygoteHandle::read_messages() {
   while (channel_.valid()) {
-    auto received = wire::receive(channel_);
+    auto received = messages::receive(channel_);
     if (!received) {
       lost(is_closed(received.error()) ? "the worker parent exited" : received.error().message);
       return;
@@ -139,12 +139,12 @@ void ZygoteHandle::read_messages() {
   if (channel_.valid()) wait_readable();
 }
 
-void ZygoteHandle::handle(wire::Received received) {
-  if (auto* ready = std::get_if<wire::ZygoteReady>(&received.message)) {
+void ZygoteHandle::handle(messages::Received received) {
+  if (auto* ready = std::get_if<messages::ZygoteReady>(&received.message)) {
     if (ready_) return lost("the worker parent said ready twice");
     ready_ = true;
     callbacks_.on_ready(std::move(ready->versions));
-  } else if (auto* forked = std::get_if<wire::Forked>(&received.message)) {
+  } else if (auto* forked = std::get_if<messages::Forked>(&received.message)) {
     if (forks_asked_ == 0) return lost("the worker parent forked a worker nobody asked for");
     --forks_asked_;
     auto pid = static_cast<pid_t>(forked->pid);
@@ -153,7 +153,7 @@ void ZygoteHandle::handle(wire::Received received) {
     if (parent != -1 && parent != pid_)
       return lost("the worker parent named pid " + std::to_string(forked->pid) + ", not a child of its own");
     callbacks_.on_forked(pid, std::move(received.fds[0]), std::move(received.fds[1]));
-  } else if (auto* exited = std::get_if<wire::Exited>(&received.message)) {
+  } else if (auto* exited = std::get_if<messages::Exited>(&received.message)) {
     std::string how = exited->signal ? "killed by signal " + std::to_string(*exited->signal)
                                      : "exit code " + std::to_string(exited->exit_code.value_or(0));
     std::optional<std::string> failure;
@@ -162,10 +162,10 @@ void ZygoteHandle::handle(wire::Received received) {
                 std::to_string(config_.worker.memory_limit_bytes >> 20) + " MiB (--memory-limit-bytes " +
                 std::to_string(config_.worker.memory_limit_bytes) + "), and all of them were killed";
     callbacks_.on_exited(static_cast<pid_t>(exited->pid), how, std::move(failure));
-  } else if (auto* failed = std::get_if<wire::ZygoteFailed>(&received.message)) {
+  } else if (auto* failed = std::get_if<messages::ZygoteFailed>(&received.message)) {
     callbacks_.on_failed(failed->message);
   } else {
-    lost("the worker parent sent '" + std::string(wire::name_of(received.message)) + "'");
+    lost("the worker parent sent '" + std::string(messages::name_of(received.message)) + "'");
   }
 }
 

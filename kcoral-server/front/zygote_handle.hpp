@@ -76,7 +76,7 @@ class ZygoteHandle {
  private:
   void wait_readable();
   void read_messages();
-  void handle(wire::Received received);
+  void handle(messages::Received received);
   void lost(const std::string& why);
 
   Strand strand_;

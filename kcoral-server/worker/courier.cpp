@@ -124,7 +124,7 @@ void Courier::send_waiting(const Channel& channel) {
       numbers.push_back(copy->get());
       reopened.push_back(std::move(*copy));
     }
-    if (status) status = wire::send(channel, *next->message, numbers);
+    if (status) status = messages::send(channel, *next->message, numbers);
     {
       std::lock_guard lock(mutex_);
       next->status = status;
@@ -135,7 +135,7 @@ void Courier::send_waiting(const Channel& channel) {
 
 bool Courier::receive_waiting(const Channel& channel) {
   while (true) {
-    auto received = wire::receive(channel);
+    auto received = messages::receive(channel);
     Incoming incoming;
     if (!received) {
       incoming.error = received.error();
@@ -155,7 +155,7 @@ bool Courier::receive_waiting(const Channel& channel) {
   }
 }
 
-Status Courier::send(const wire::Message& message, std::vector<int> fds) {
+Status Courier::send(const messages::Message& message, std::vector<int> fds) {
   Outgoing outgoing{&message, std::move(fds), std::nullopt};
   std::unique_lock lock(mutex_);
   if (stopping_) return fail(ErrorKind::engine, "the courier has stopped");
@@ -172,7 +172,7 @@ void Courier::wake() {
   }
 }
 
-Result<wire::Received> Courier::receive() {
+Result<messages::Received> Courier::receive() {
   std::unique_lock lock(mutex_);
   changed_.wait(lock, [&] { return !incoming_.empty(); });
   // A failure stays queued: every later call fails the same way.
@@ -181,7 +181,7 @@ Result<wire::Received> Courier::receive() {
   incoming_.pop_front();
   pid_t tid = tid_;
   lock.unlock();
-  wire::Received received{std::move(*incoming.message), {}};
+  messages::Received received{std::move(*incoming.message), {}};
   Status reopened_all;
   for (int fd : incoming.fds) {
     auto copy = reopen(tid, fd);

@@ -14,7 +14,7 @@
 // Thread-safe: send() from any thread (the CUPTI callback's too), receive() from one.
 //
 //   auto courier = Courier::start(std::move(channel));   // the channel is out of reach now
-//   (*courier)->send(wire::Ready{});
+//   (*courier)->send(messages::Ready{});
 //   auto next = (*courier)->receive();                    // blocks
 #pragma once
 
@@ -42,19 +42,19 @@ class Courier {
 
   // Sends a message with `fds` (descriptors of the shared table; they stay the caller's)
   // and returns once it is sent or has failed.
-  [[nodiscard]] Status send(const wire::Message& message, std::vector<int> fds = {});
+  [[nodiscard]] Status send(const messages::Message& message, std::vector<int> fds = {});
   // The next message from the front, its descriptors reopened in the shared table; an
   // error once the front has closed the channel.
-  [[nodiscard]] Result<wire::Received> receive();
+  [[nodiscard]] Result<messages::Received> receive();
 
  private:
   struct Outgoing {
-    const wire::Message* message;
+    const messages::Message* message;
     std::vector<int> fds;
     std::optional<Status> status;
   };
   struct Incoming {
-    std::optional<wire::Message> message;  // none: the channel failed (see `error`)
+    std::optional<messages::Message> message;  // none: the channel failed (see `error`)
     std::vector<int> fds;                  // numbers in the courier's table
     Error error;
   };

@@ -109,7 +109,7 @@ int main(int argc, char** argv) {
   kcoral::become_subreaper();
   Channel control{kcoral::UniqueFd(flags.control_fd)};
   auto failed = [&](const std::string& message) {
-    (void)kcoral::wire::send(control, kcoral::wire::ZygoteFailed{message});
+    (void)kcoral::messages::send(control, kcoral::messages::ZygoteFailed{message});
     return 1;
   };
 

@@ -22,7 +22,7 @@ Status prepare_gpu(Executor& executor, Courier& courier) {
 }
 
 struct Job {
-  wire::Run run;
+  messages::RunProgram run;
   BlobMap blobs;
 };
 
@@ -32,7 +32,7 @@ std::optional<Job> next_job(Courier& courier) {
   while (true) {
     auto received = courier.receive();
     if (!received) return std::nullopt;
-    if (auto* blobs = std::get_if<wire::Blobs>(&received->message)) {
+    if (auto* blobs = std::get_if<messages::Blobs>(&received->message)) {
       std::vector<std::optional<Blob>> files;  // each memfd mapped once
       for (UniqueFd& fd : received->fds) {
         auto file = Blob::from_fd(std::move(fd));
@@ -45,7 +45,7 @@ std::optional<Job> next_job(Courier& courier) {
         if (auto blob = files[blobs->files[i]]->slice(blobs->offsets[i], blobs->sizes[i]))
           job.blobs.emplace(blobs->digests[i], std::move(*blob));
       }
-    } else if (auto* run = std::get_if<wire::Run>(&received->message)) {
+    } else if (auto* run = std::get_if<messages::RunProgram>(&received->message)) {
       job.run = std::move(*run);
       return job;
     } else {
@@ -67,8 +67,8 @@ ProgramResult run_one(Executor& executor, Courier& courier, const Job& job, cons
   run_options.output_limit_bytes = job.run.output_limit_bytes;
   run_options.max_binary_bytes = job.run.max_binary_bytes;
   run_options.work_root = options.work_root;
-  run_options.on_instruction = [&courier](std::size_t index) { (void)courier.send(wire::Progress{index}); };
-  run_options.on_gpu_access = [&courier](const GpuAccessDetail&) { (void)courier.send(wire::GpuAccess{}); };
+  run_options.on_instruction = [&courier](std::size_t index) { (void)courier.send(messages::Progress{index}); };
+  run_options.on_gpu_access = [&courier](const GpuAccessDetail&) { (void)courier.send(messages::GpuAccess{}); };
   if (!options.gpu) {
     NoGpuLease lease;
     return executor.run(*program, job.blobs, lease, run_options);
@@ -109,7 +109,7 @@ std::optional<std::string> retirement(const ProgramResult& result, bool left_pro
 }
 
 Status send_result(Courier& courier, const ProgramResult& result, bool continues, std::string retired) {
-  wire::Result message{continues,
+  messages::RunResult message{continues,
                        result.results_json,
                        result.stdout_output.text,
                        result.stdout_output.truncated,
@@ -120,7 +120,7 @@ Status send_result(Courier& courier, const ProgramResult& result, bool continues
                        std::nullopt,
                        std::move(retired)};
   if (const auto& error = result.error) {
-    message.error = wire::ErrorDetail{error->kind, error->message, error->instruction_index,
+    message.error = messages::ErrorDetail{error->kind, error->message, error->instruction_index,
                                       error->instruction_op, error->traceback, error->instruction_id,
                                       std::nullopt, std::nullopt};
     if (error->gpu_access) {
@@ -142,14 +142,14 @@ int serve_programs(Executor& executor, Courier& courier, const ProgramProcessOpt
   executor.warm_up(options.work_root);
   if (options.gpu) {
     if (auto status = prepare_gpu(executor, courier); !status) {
-      (void)courier.send(wire::Failed{status.error().message});
+      (void)courier.send(messages::Failed{status.error().message});
       return 1;
     }
   }
   std::optional<ReuseBaseline> baseline;
   if (options.programs > 1 && options.check_reuse) baseline = ReuseBaseline::capture(executor);
   for (std::size_t served = 0; served < options.programs; ++served) {
-    if (!courier.send(wire::Ready{})) return 1;
+    if (!courier.send(messages::Ready{})) return 1;
     std::optional<Job> job = next_job(courier);
     if (!job) return 0;
     ProgramResult result = run_one(executor, courier, *job, options);

@@ -4,8 +4,8 @@
 namespace kcoral {
 
 Status RemoteLease::ask(bool acquire) {
-  if (kind_ == Kind::init) return courier_.send(wire::InitLease{acquire});
-  return courier_.send(wire::Lease{acquire});
+  if (kind_ == Kind::init) return courier_.send(messages::InitLease{acquire});
+  return courier_.send(messages::Lease{acquire});
 }
 
 Status RemoteLease::acquire() {
@@ -14,9 +14,9 @@ Status RemoteLease::acquire() {
   // Nothing else comes from the front while a program runs; a grant is the answer.
   auto answer = courier_.receive();
   if (!answer) return fail(ErrorKind::engine, "lost the server while waiting for the GPU lease");
-  if (!std::holds_alternative<wire::LeaseGranted>(answer->message))
+  if (!std::holds_alternative<messages::LeaseGranted>(answer->message))
     return fail(ErrorKind::engine, "the server answered a lease request with '" +
-                                       std::string(wire::name_of(answer->message)) + "'");
+                                       std::string(messages::name_of(answer->message)) + "'");
   held_ = true;
   return {};
 }

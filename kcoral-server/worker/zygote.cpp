@@ -130,7 +130,7 @@ int Zygote::failed_to_start(const std::string& message) {
 }
 
 int Zygote::serve(int signal_fd, std::map<std::string, std::string> versions) {
-  if (!wire::send(control_, wire::ZygoteReady{std::move(versions)})) return 1;
+  if (!messages::send(control_, messages::ZygoteReady{std::move(versions)})) return 1;
   while (true) {
     // The control channel, signals, and (cgroup v1) each running program's memory event.
     std::vector<std::pair<int, pid_t>> memory_events = sandbox_.memory_events();
@@ -150,10 +150,10 @@ int Zygote::serve(int signal_fd, std::map<std::string, std::string> versions) {
       if (stop) break;
     }
     if (fds[0].revents & (POLLIN | POLLHUP | POLLERR)) {
-      auto received = wire::receive(control_);
+      auto received = messages::receive(control_);
       if (!received) break;  // the front is gone (or speaks nonsense)
       if (*received)
-        if (auto* fork = std::get_if<wire::Fork>(&(*received)->message)) fork_worker(signal_fd, fork->visible_devices);
+        if (auto* fork = std::get_if<messages::Fork>(&(*received)->message)) fork_worker(signal_fd, fork->visible_devices);
     }
   }
   for (pid_t pid : workers_) ::kill(pid, SIGKILL);
@@ -202,7 +202,7 @@ void Zygote::fork_worker(int signal_fd, const std::string& visible_devices) {
     Channel channel(std::move(pair->second));
     auto sandboxed_root = sandbox_.enter({channel.fd()}, visible_devices);
     if (!sandboxed_root) {
-      (void)wire::send(channel, wire::Failed{sandboxed_root.error().message});
+      (void)messages::send(channel, messages::Failed{sandboxed_root.error().message});
       ::_exit(1);
     }
     become_subreaper();  // what the program leaves running stays below the worker
@@ -220,7 +220,7 @@ void Zygote::fork_worker(int signal_fd, const std::string& visible_devices) {
     return report_error(std::string("pidfd_open (Linux 5.3): ") + std::strerror(errno));
   }
   std::array<int, 2> fds{pair->first.get(), pidfd.get()};
-  (void)wire::send(control_, wire::Forked{*pid}, fds);
+  (void)messages::send(control_, messages::Forked{*pid}, fds);
 }
 
 void Zygote::reap() {
@@ -235,12 +235,12 @@ void Zygote::reap() {
     any = true;
     bool out_of_memory = sandbox_.release(pid);
     remove_tree(worker_root(pid));
-    wire::Exited exited{pid, std::nullopt, std::nullopt, std::nullopt};
+    messages::Exited exited{pid, std::nullopt, std::nullopt, std::nullopt};
     if (out_of_memory) exited.out_of_memory = true;
     if (WIFEXITED(status)) exited.exit_code = WEXITSTATUS(status);
     if (WIFSIGNALED(status)) exited.signal = WTERMSIG(status);
 
-    (void)wire::send(control_, exited);
+    (void)messages::send(control_, exited);
   }
   // Whatever a dead worker left running was handed to us; nothing of it may live on. (The
   // live workers' namespace inits are ours too, and stay.)
@@ -251,6 +251,6 @@ void Zygote::reap() {
   }
 }
 
-void Zygote::report_error(const std::string& message) { (void)wire::send(control_, wire::ZygoteFailed{message}); }
+void Zygote::report_error(const std::string& message) { (void)messages::send(control_, messages::ZygoteFailed{message}); }
 
 }  // namespace kcoral

@@ -31,7 +31,7 @@ Pair connected() {
   return {Channel(std::move(fds->first)), Channel(std::move(fds->second))};
 }
 
-kcoral::Message receive(const Channel& channel) {
+kcoral::Frame receive(const Channel& channel) {
   auto message = channel.receive();
   REQUIRE_MESSAGE(message.has_value(), message.error().message);
   REQUIRE(message->has_value());
@@ -110,7 +110,7 @@ TEST_CASE("descriptors are duplicated into the receiver and stay the sender's") 
   UniqueFd first = memfd_with("first");
   UniqueFd second = memfd_with("second");
   REQUIRE(pair.a.send("{}", {first.get(), second.get()}).has_value());
-  kcoral::Message message = receive(pair.b);
+  kcoral::Frame message = receive(pair.b);
   REQUIRE(message.fds.size() == 2);
   CHECK(contents(message.fds[0].get()) == "first");
   CHECK(contents(message.fds[1].get()) == "second");
@@ -128,7 +128,7 @@ TEST_CASE("a text of exactly 48 KiB goes inline and one byte more is spilled, bo
     text.back() = ']';
     UniqueFd attached = memfd_with("attached");
     REQUIRE(pair.a.send(text, {attached.get()}).has_value());
-    kcoral::Message message = receive(pair.b);
+    kcoral::Frame message = receive(pair.b);
     CHECK(message.json.size() == size);
     CHECK(message.json == text);
     // The spill memfd is not among the message's descriptors.
@@ -144,7 +144,7 @@ TEST_CASE("up to kMaxFds - 1 descriptors fit one message, spilled or not") {
   REQUIRE(pair.a.send("{}", fds).has_value());
   CHECK(receive(pair.b).fds.size() == Channel::kMaxFds - 1);
   REQUIRE(pair.a.send(std::string(100000, ' '), fds).has_value());
-  kcoral::Message spilled = receive(pair.b);
+  kcoral::Frame spilled = receive(pair.b);
   CHECK(spilled.fds.size() == Channel::kMaxFds - 1);
   CHECK(spilled.json.size() == 100000);
   fds.push_back(fd.get());

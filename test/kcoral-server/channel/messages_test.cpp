@@ -15,34 +15,34 @@
 
 #include "messages.hpp"
 
-namespace wire = kcoral::wire;
+namespace messages = kcoral::messages;
 
 namespace {
 
 // One of each message, every field set to something other than its default.
-std::vector<wire::Message> one_of_each() {
-  wire::Result result{true, R"({"out":{"type":"int","value":"1"}})", "out ü", true, "err", false, 12.5, {3, 0, 7},
-                      wire::ErrorDetail{kcoral::ErrorKind::runtime, "boom", 2, "run", "Traceback...", "r", "cuLaunchKernel", "x.py:3"},
+std::vector<messages::Message> one_of_each() {
+  messages::RunResult result{true, R"({"out":{"type":"int","value":"1"}})", "out ü", true, "err", false, 12.5, {3, 0, 7},
+                      messages::ErrorDetail{kcoral::ErrorKind::runtime, "boom", 2, "run", "Traceback...", "r", "cuLaunchKernel", "x.py:3"},
                       "threads: 3 after the program, 2 before"};
-  return {wire::Fork{"GPU-1234"},
-          wire::ZygoteReady{{{"python", "3.11"}, {"numpy", "2.0"}}},
-          wire::Forked{4242},
-          wire::Exited{4242, std::nullopt, 9, true},
-          wire::ZygoteFailed{"no python"},
-          wire::Blobs{{"aa", "bb"}, {0, 0}, {0, 5}, {5, 3}, 1},
-          wire::Run{"rid", R"({"instructions":[]})", 77, 88},
-          wire::LeaseGranted{},
-          wire::Ready{},
-          wire::Progress{3},
-          wire::Lease{true},
-          wire::InitLease{false},
-          wire::GpuAccess{},
-          wire::Failed{"no context"},
+  return {messages::Fork{"GPU-1234"},
+          messages::ZygoteReady{{{"python", "3.11"}, {"numpy", "2.0"}}},
+          messages::Forked{4242},
+          messages::Exited{4242, std::nullopt, 9, true},
+          messages::ZygoteFailed{"no python"},
+          messages::Blobs{{"aa", "bb"}, {0, 0}, {0, 5}, {5, 3}, 1},
+          messages::RunProgram{"rid", R"({"instructions":[]})", 77, 88},
+          messages::LeaseGranted{},
+          messages::Ready{},
+          messages::Progress{3},
+          messages::Lease{true},
+          messages::InitLease{false},
+          messages::GpuAccess{},
+          messages::Failed{"no context"},
           result};
 }
 
 std::string refusal(std::string_view text, std::size_t descriptors = 0) {
-  auto decoded = wire::decode(text, descriptors);
+  auto decoded = messages::decode(text, descriptors);
   REQUIRE_MESSAGE(!decoded, text);
   CHECK(decoded.error().kind == kcoral::ErrorKind::engine);
   return decoded.error().message;
@@ -54,21 +54,21 @@ TEST_SUITE("messages") {
 
 TEST_CASE("every message round-trips through its text, fields and all") {
   auto messages = one_of_each();
-  REQUIRE(messages.size() == std::variant_size_v<wire::Message>);
-  for (const wire::Message& message : messages) {
-    CAPTURE(wire::name_of(message));
-    std::string text = wire::encode(message);
-    auto decoded = wire::decode(text, wire::descriptor_count(message));
+  REQUIRE(messages.size() == std::variant_size_v<messages::Message>);
+  for (const messages::Message& message : messages) {
+    CAPTURE(messages::name_of(message));
+    std::string text = messages::encode(message);
+    auto decoded = messages::decode(text, messages::descriptor_count(message));
     REQUIRE_MESSAGE(decoded.has_value(), decoded.error().message);
     CHECK(decoded->index() == message.index());
-    CHECK(wire::encode(*decoded) == text);
+    CHECK(messages::encode(*decoded) == text);
   }
 }
 
 TEST_CASE("the fields come back as they were sent") {
-  auto decoded = wire::decode(wire::encode(one_of_each().back()), 1);
+  auto decoded = messages::decode(messages::encode(one_of_each().back()), 1);
   REQUIRE(decoded.has_value());
-  const auto& result = std::get<wire::Result>(*decoded);
+  const auto& result = std::get<messages::RunResult>(*decoded);
   CHECK(result.continues);
   CHECK(result.stdout_text == "out ü");
   CHECK(result.part_sizes == std::vector<std::uint64_t>{3, 0, 7});
@@ -76,34 +76,34 @@ TEST_CASE("the fields come back as they were sent") {
   CHECK(result.error->index == 2);
   CHECK(result.error->id == "r");
   CHECK(result.error->location == "x.py:3");
-  auto exited = std::get<wire::Exited>(*wire::decode(R"({"type":"exited","pid":7,"signal":9})", 0));
+  auto exited = std::get<messages::Exited>(*messages::decode(R"({"type":"exited","pid":7,"signal":9})", 0));
   CHECK(!exited.exit_code.has_value());
   CHECK(exited.signal == 9);
 }
 
 TEST_CASE("output that is not UTF-8 does not stop a result from being encoded") {
-  wire::Result result;
+  messages::RunResult result;
   result.stdout_text = std::string("ok \xff\xfe end\n");
-  auto decoded = wire::decode(wire::encode(result), 0);
+  auto decoded = messages::decode(messages::encode(result), 0);
   REQUIRE(decoded.has_value());
-  CHECK(std::get<wire::Result>(*decoded).stdout_text == "ok \xef\xbf\xbd\xef\xbf\xbd end\n");
+  CHECK(std::get<messages::RunResult>(*decoded).stdout_text == "ok \xef\xbf\xbd\xef\xbf\xbd end\n");
 }
 
 TEST_CASE("the wire names are unique and name their message") {
-  std::set<std::string_view> names(wire::kNames.begin(), wire::kNames.end());
-  CHECK(names.size() == wire::kNames.size());
-  for (const wire::Message& message : one_of_each())
-    CHECK(wire::encode(message).find(R"("type":")" + std::string(wire::name_of(message)) + "\"") != std::string::npos);
+  std::set<std::string_view> names(messages::kNames.begin(), messages::kNames.end());
+  CHECK(names.size() == messages::kNames.size());
+  for (const messages::Message& message : one_of_each())
+    CHECK(messages::encode(message).find(R"("type":")" + std::string(messages::name_of(message)) + "\"") != std::string::npos);
 }
 
 TEST_CASE("descriptor counts: blobs their file count, forked one, a result with parts one") {
-  CHECK(wire::descriptor_count(wire::Blobs{{"a", "b", "c"}, {0, 1, 1}, {0, 0, 4}, {1, 4, 4}, 2}) == 2);
-  CHECK(wire::descriptor_count(wire::Forked{2}) == 2);
-  CHECK(wire::descriptor_count(wire::Result{}) == 0);
-  wire::Result with_parts;
+  CHECK(messages::descriptor_count(messages::Blobs{{"a", "b", "c"}, {0, 1, 1}, {0, 0, 4}, {1, 4, 4}, 2}) == 2);
+  CHECK(messages::descriptor_count(messages::Forked{2}) == 2);
+  CHECK(messages::descriptor_count(messages::RunResult{}) == 0);
+  messages::RunResult with_parts;
   with_parts.part_sizes = {0};
-  CHECK(wire::descriptor_count(with_parts) == 1);
-  CHECK(wire::descriptor_count(wire::Ready{}) == 0);
+  CHECK(messages::descriptor_count(with_parts) == 1);
+  CHECK(messages::descriptor_count(messages::Ready{}) == 0);
 }
 
 TEST_CASE("what is not a typed JSON object is refused") {
@@ -136,9 +136,9 @@ TEST_CASE("a field of the wrong type or out of range is refused") {
 TEST_CASE("an unknown field is refused, at the top and inside the error") {
   CHECK(refusal(R"({"type":"ready","continues":true})") == "a 'ready' message: has a field it does not define");
   CHECK(refusal(R"({"type":"progress","index":1,"request_id":"x"})").find("does not define") != std::string::npos);
-  wire::Result result;
-  result.error = wire::ErrorDetail{kcoral::ErrorKind::runtime, "m", 0, "run", "", std::nullopt, std::nullopt, std::nullopt};
-  std::string text = wire::encode(result);
+  messages::RunResult result;
+  result.error = messages::ErrorDetail{kcoral::ErrorKind::runtime, "m", 0, "run", "", std::nullopt, std::nullopt, std::nullopt};
+  std::string text = messages::encode(result);
   auto at = text.find(R"("kind":)");
   REQUIRE(at != std::string::npos);
   text.insert(at, R"("severity":"high",)");
@@ -146,9 +146,9 @@ TEST_CASE("an unknown field is refused, at the top and inside the error") {
 }
 
 TEST_CASE("an error kind the protocol does not name is refused as the frame is read") {
-  wire::Result result;
-  result.error = wire::ErrorDetail{kcoral::ErrorKind::gpu_access, "m", 0, "run", "", std::nullopt, "cuInit", "f.py:1"};
-  std::string text = wire::encode(result);
+  messages::RunResult result;
+  result.error = messages::ErrorDetail{kcoral::ErrorKind::gpu_access, "m", 0, "run", "", std::nullopt, "cuInit", "f.py:1"};
+  std::string text = messages::encode(result);
   const std::string kind = R"("kind":"gpu_access")";
   auto at = text.find(kind);
   REQUIRE(at != std::string::npos);
@@ -157,9 +157,9 @@ TEST_CASE("an error kind the protocol does not name is refused as the frame is r
     changed.replace(at, kind.size(), other);
     CHECK(refusal(changed).find("'kind' must be an error kind's name") != std::string::npos);
   }
-  auto decoded = wire::decode(text, 0);
+  auto decoded = messages::decode(text, 0);
   REQUIRE(decoded);
-  CHECK(std::get<wire::Result>(*decoded).error->kind == kcoral::ErrorKind::gpu_access);
+  CHECK(std::get<messages::RunResult>(*decoded).error->kind == kcoral::ErrorKind::gpu_access);
 }
 
 TEST_CASE("nesting past a message's own and floods of values are refused as they are read") {
@@ -172,16 +172,16 @@ TEST_CASE("nesting past a message's own and floods of values are refused as they
                            result_head + R"("part_sizes":[[1]]})",
                            result_head + R"("part_sizes":[)" + [] {
                              std::string many = "0";
-                             for (std::size_t i = 0; i < 2 * wire::kMaxResultParts; ++i) many += ",0";
+                             for (std::size_t i = 0; i < 2 * messages::kMaxResultParts; ++i) many += ",0";
                              return many;
                            }() + "]}"}) {
     CAPTURE(text.substr(0, 60));
-    auto decoded = wire::decode(text, 0);
+    auto decoded = messages::decode(text, 0);
     REQUIRE_FALSE(decoded.has_value());
     CHECK(decoded.error().message.find("nested deeper than its fields or with more than") != std::string::npos);
   }
   // The error object is as deep as a message goes.
-  auto failed = wire::decode(result_head + R"("part_sizes":[],"error":{"kind":"runtime","message":"m","index":0,)"
+  auto failed = messages::decode(result_head + R"("part_sizes":[],"error":{"kind":"runtime","message":"m","index":0,)"
                                            R"("op":"run","traceback":""},"retired":""})",
                              0);
   CHECK(failed.has_value());
@@ -191,7 +191,7 @@ TEST_CASE("a message with other than its own descriptors is refused") {
   CHECK(refusal(R"({"type":"ready"})", 1) == "a 'ready' message came with 1 descriptors instead of 0");
   CHECK(refusal(R"({"type":"blobs","digests":["a","b"],"files":[0,1],"offsets":[0,0],"sizes":[1,1],"file_count":2})", 1).find("instead of 2") != std::string::npos);
   CHECK(refusal(R"({"type":"forked","pid":5})", 0).find("instead of 2") != std::string::npos);
-  std::string result = wire::encode(wire::Result{false, "{}", "", false, "", false, 0, {4}, std::nullopt, ""});
+  std::string result = messages::encode(messages::RunResult{false, "{}", "", false, "", false, 0, {4}, std::nullopt, ""});
   CHECK(refusal(result, 0).find("instead of 1") != std::string::npos);
 }
 
@@ -199,20 +199,20 @@ TEST_CASE("send insists on the message's descriptor count, and receive decodes w
   auto pair = kcoral::Channel::socket_pair();
   REQUIRE(pair.has_value());
   kcoral::Channel a(std::move(pair->first)), b(std::move(pair->second));
-  CHECK(!wire::send(a, wire::Forked{9}));
+  CHECK(!messages::send(a, messages::Forked{9}));
   kcoral::UniqueFd memfd(::memfd_create("messages-test", MFD_CLOEXEC));
   int fds[2] = {memfd.get(), memfd.get()};
-  CHECK(!wire::send(a, wire::Forked{9}, std::span<const int>(fds, 1)));
-  REQUIRE(wire::send(a, wire::Forked{9}, std::span<const int>(fds, 2)).has_value());
+  CHECK(!messages::send(a, messages::Forked{9}, std::span<const int>(fds, 1)));
+  REQUIRE(messages::send(a, messages::Forked{9}, std::span<const int>(fds, 2)).has_value());
   ::fcntl(b.fd(), F_SETFL, O_NONBLOCK);
-  auto received = wire::receive(b);
+  auto received = messages::receive(b);
   REQUIRE(received.has_value());
   REQUIRE(received->has_value());
-  CHECK(std::get<wire::Forked>((*received)->message).pid == 9);
+  CHECK(std::get<messages::Forked>((*received)->message).pid == 9);
   CHECK((*received)->fds.size() == 2);
   REQUIRE(a.send(R"({"type":"ready","extra":1})").has_value());
-  CHECK(!wire::receive(b).has_value());
-  auto nothing = wire::receive(b);
+  CHECK(!messages::receive(b).has_value());
+  auto nothing = messages::receive(b);
   REQUIRE(nothing.has_value());
   CHECK(!nothing->has_value());
 }

@@ -25,7 +25,7 @@
 #include "worker_handle.hpp"
 
 using kcoral::WorkerHandle;
-namespace wire = kcoral::wire;
+namespace messages = kcoral::messages;
 
 namespace {
 
@@ -55,7 +55,7 @@ kcoral::UniqueFd memfd_with(std::string_view data, bool sealed) {
 }
 
 // A completed result; each part named by one returned value, as a worker's are.
-wire::Result completed(std::vector<std::uint64_t> part_sizes = {}) {
+messages::RunResult completed(std::vector<std::uint64_t> part_sizes = {}) {
   std::string results = R"({"out":{"type":"int","value":"1"})";
   for (std::size_t i = 0; i < part_sizes.size(); ++i)
     results += R"(,"b)" + std::to_string(i) + R"(":{"type":"bytes","part":"return:)" + std::to_string(i) + "\"}";
@@ -115,24 +115,24 @@ struct Harness {
     for (int i = 0; i < 400 && !done(); ++i) io.run_for(std::chrono::milliseconds(5));
     return done();
   }
-  void send(const wire::Message& message, std::vector<int> fds = {}) {
-    REQUIRE(wire::send(worker, message, fds).has_value());
+  void send(const messages::Message& message, std::vector<int> fds = {}) {
+    REQUIRE(messages::send(worker, message, fds).has_value());
   }
   void send_text(const std::string& text) { REQUIRE(worker.send(text).has_value()); }
   // The next message the front sent this worker.
-  wire::Received receive() {
+  messages::Received receive() {
     pollfd readable{worker.fd(), POLLIN, 0};
     for (int i = 0; i < 400 && ::poll(&readable, 1, 0) == 0; ++i) io.run_for(std::chrono::milliseconds(5));
-    auto received = wire::receive(worker);
+    auto received = messages::receive(worker);
     REQUIRE_MESSAGE(received.has_value(), received.error().message);
     return std::move(**received);
   }
   // Announces itself and takes a job (its blobs and its run arrive).
   void take(std::shared_ptr<kcoral::ExecuteJob> job) {
-    send(wire::Ready{});
+    send(messages::Ready{});
     REQUIRE(pump([&] { return idle == 1; }));
     REQUIRE(handle->run(std::move(job)));
-    while (!std::holds_alternative<wire::Run>(receive().message)) {
+    while (!std::holds_alternative<messages::RunProgram>(receive().message)) {
     }
   }
   bool killed() {
@@ -161,8 +161,8 @@ TEST_SUITE("worker_handle") {
 TEST_CASE("a worker that says ready runs a job to its result and parts, and is then let go") {
   Harness h;
   h.take(make_job());
-  h.send(wire::Progress{0});
-  h.send(wire::Progress{2});
+  h.send(messages::Progress{0});
+  h.send(messages::Progress{2});
   auto parts = memfd_with("abcdefg", true);
   h.send(completed({3, 4}), {parts.get()});
   REQUIRE(h.pump([&] { return h.outcome.has_value() && h.gone; }));
@@ -174,7 +174,7 @@ TEST_CASE("a worker that says ready runs a job to its result and parts, and is t
   CHECK(result.parts[0].view() == "abc");
   CHECK(result.parts[1].view() == "defg");
   CHECK(h.handle->state() == WorkerHandle::State::gone);
-  CHECK(!wire::receive(h.worker).has_value());  // its channel was closed
+  CHECK(!messages::receive(h.worker).has_value());  // its channel was closed
 }
 
 TEST_CASE("a job's blobs arrive in batches under the descriptor limit, then its run") {
@@ -184,14 +184,14 @@ TEST_CASE("a job's blobs arrive in batches under the descriptor limit, then its 
     std::string data = "blob " + std::to_string(i);
     job->admitted.blobs.emplace(std::to_string(i), *kcoral::Blob::copy_of(data));
   }
-  h.send(wire::Ready{});
+  h.send(messages::Ready{});
   REQUIRE(h.pump([&] { return h.idle == 1; }));
   REQUIRE(h.handle->run(job));
   std::size_t blobs = 0, batches = 0;
   while (true) {
-    wire::Received received = h.receive();
-    if (std::holds_alternative<wire::Run>(received.message)) break;
-    const auto& batch = std::get<wire::Blobs>(received.message);
+    messages::Received received = h.receive();
+    if (std::holds_alternative<messages::RunProgram>(received.message)) break;
+    const auto& batch = std::get<messages::Blobs>(received.message);
     CHECK(received.fds.size() < kcoral::Channel::kMaxFds);
     for (std::size_t i = 0; i < batch.digests.size(); ++i) {
       auto blob = kcoral::Blob::from_fd(std::move(received.fds[i]));
@@ -207,8 +207,8 @@ TEST_CASE("a job's blobs arrive in batches under the descriptor limit, then its 
 TEST_CASE("a failed program's error comes through with its instruction") {
   Harness h;
   h.take(make_job());
-  wire::Result failed = completed();
-  failed.error = wire::ErrorDetail{kcoral::ErrorKind::runtime, "boom", 2, "run", "Traceback", "out", std::nullopt, std::nullopt};
+  messages::RunResult failed = completed();
+  failed.error = messages::ErrorDetail{kcoral::ErrorKind::runtime, "boom", 2, "run", "Traceback", "out", std::nullopt, std::nullopt};
   h.send(failed);
   REQUIRE(h.pump([&] { return h.outcome.has_value(); }));
   REQUIRE(h.outcome->result.has_value());
@@ -221,7 +221,7 @@ TEST_CASE("a failed program's error comes through with its instruction") {
 TEST_CASE("ready while a job runs kills the worker and fails that job") {
   Harness h;
   h.take(make_job());
-  h.send(wire::Ready{});
+  h.send(messages::Ready{});
   CHECK(h.engine_error() ==
         "the worker running this program broke the channel protocol ('ready' while not starting) and was killed");
   CHECK(h.killed());
@@ -260,16 +260,16 @@ TEST_CASE("progress that goes back, and a lease asked for twice, kill the worker
   {
     Harness h;
     h.take(make_job());
-    h.send(wire::Progress{2});
-    h.send(wire::Progress{1});
+    h.send(messages::Progress{2});
+    h.send(messages::Progress{1});
     CHECK(h.engine_error().find("progress that goes back") != std::string::npos);
   }
   {
     Harness h;
     h.take(make_job());
-    h.send(wire::Lease{true});
-    CHECK(std::holds_alternative<wire::LeaseGranted>(h.receive().message));
-    h.send(wire::Lease{true});
+    h.send(messages::Lease{true});
+    CHECK(std::holds_alternative<messages::LeaseGranted>(h.receive().message));
+    h.send(messages::Lease{true});
     CHECK(h.engine_error().find("asked twice for the GPU lease") != std::string::npos);
     CHECK(!h.leases.program_holder(0).has_value());  // taken back from the killed worker
   }
@@ -282,7 +282,7 @@ TEST_CASE("returned values pass as JSON whatever the size of their numbers") {
     CAPTURE(results.substr(0, 60));
     Harness h;
     h.take(make_job());
-    wire::Result result = completed();
+    messages::RunResult result = completed();
     result.results = results;
     h.send(result);
     REQUIRE(h.pump([&] { return h.outcome.has_value(); }));
@@ -295,8 +295,8 @@ TEST_CASE("results that are not what they claim kill the worker") {
   SUBCASE("an error kind a worker may not report") {
     Harness h;
     h.take(make_job());
-    wire::Result result = completed();
-    result.error = wire::ErrorDetail{kcoral::ErrorKind::busy, "x", 0, "run", "", std::nullopt, std::nullopt, std::nullopt};
+    messages::RunResult result = completed();
+    result.error = messages::ErrorDetail{kcoral::ErrorKind::busy, "x", 0, "run", "", std::nullopt, std::nullopt, std::nullopt};
     h.send(result);
     CHECK(h.engine_error().find("error kind 'busy'") != std::string::npos);
   }
@@ -344,7 +344,7 @@ TEST_CASE("results that are not what they claim kill the worker") {
       CAPTURE(results.substr(0, 40));
       Harness h;
       h.take(make_job());
-      wire::Result result = completed();
+      messages::RunResult result = completed();
       result.results = results;
       h.send(result);
       CHECK(h.engine_error().find("returned values are not") != std::string::npos);
@@ -359,7 +359,7 @@ TEST_CASE("results that are not what they claim kill the worker") {
       Harness h;
       h.take(make_job());
       auto parts = memfd_with("abc", true);
-      wire::Result result = completed({3});
+      messages::RunResult result = completed({3});
       result.results = results;
       h.send(result, {parts.get()});
       CHECK(h.engine_error().find("part") != std::string::npos);
@@ -376,7 +376,7 @@ TEST_CASE("results that are not what they claim kill the worker") {
                               }()}) {
       Harness h(1, std::size_t{64} << 20);
       h.take(make_job());
-      wire::Result result = completed();
+      messages::RunResult result = completed();
       result.continues = true;  // a worker that would take another program: not after this
       result.results = R"({"out":)" + value + "}";
       h.send(result);
@@ -405,15 +405,15 @@ TEST_CASE("results that are not what they claim kill the worker") {
 TEST_CASE("a worker that floods the front with messages is killed") {
   Harness h;
   h.take(make_job());
-  for (int i = 0; i < 100; ++i) h.send(wire::GpuAccess{});
+  for (int i = 0; i < 100; ++i) h.send(messages::GpuAccess{});
   CHECK(h.engine_error().find("more messages than its program explains") != std::string::npos);
 }
 
 TEST_CASE("any message from an idle worker kills it; it never had a job to fail") {
   Harness h;
-  h.send(wire::Ready{});
+  h.send(messages::Ready{});
   REQUIRE(h.pump([&] { return h.idle == 1; }));
-  h.send(wire::Progress{0});
+  h.send(messages::Progress{0});
   REQUIRE(h.pump([&] { return h.gone; }));
   CHECK(!h.outcome.has_value());
   CHECK(h.killed());
@@ -422,10 +422,10 @@ TEST_CASE("any message from an idle worker kills it; it never had a job to fail"
 TEST_CASE("the GPU lease: asked, granted, given back; the deadline waits while it is asked for") {
   Harness h;
   h.take(make_job());
-  h.send(wire::Lease{true});
-  CHECK(std::holds_alternative<wire::LeaseGranted>(h.receive().message));
+  h.send(messages::Lease{true});
+  CHECK(std::holds_alternative<messages::LeaseGranted>(h.receive().message));
   CHECK(h.leases.program_holder(0) == h.process);
-  h.send(wire::Lease{false});
+  h.send(messages::Lease{false});
   h.send(completed());
   REQUIRE(h.pump([&] { return h.outcome.has_value(); }));
   CHECK(h.outcome->result.has_value());
@@ -436,9 +436,9 @@ TEST_CASE("a gpu_access notes whose program held the GPU") {
   Harness h;
   REQUIRE(h.leases.acquire_program(0, 1, [] {}).has_value());  // another worker holds it
   h.take(make_job());
-  h.send(wire::GpuAccess{});
-  wire::Result result = completed();
-  result.error = wire::ErrorDetail{kcoral::ErrorKind::gpu_access, "used the GPU", 2, "run", "", std::nullopt, "cuMemAlloc", "f.py:1"};
+  h.send(messages::GpuAccess{});
+  messages::RunResult result = completed();
+  result.error = messages::ErrorDetail{kcoral::ErrorKind::gpu_access, "used the GPU", 2, "run", "", std::nullopt, "cuMemAlloc", "f.py:1"};
   h.send(result);
   REQUIRE(h.pump([&] { return h.outcome.has_value(); }));
   REQUIRE(h.outcome->result.has_value());
@@ -448,19 +448,19 @@ TEST_CASE("a gpu_access notes whose program held the GPU") {
 
 TEST_CASE("context turns: asked while starting, granted, given back before ready") {
   Harness h;
-  h.send(wire::InitLease{true});
-  CHECK(std::holds_alternative<wire::LeaseGranted>(h.receive().message));
-  h.send(wire::InitLease{false});
-  h.send(wire::Ready{});
+  h.send(messages::InitLease{true});
+  CHECK(std::holds_alternative<messages::LeaseGranted>(h.receive().message));
+  h.send(messages::InitLease{false});
+  h.send(messages::Ready{});
   REQUIRE(h.pump([&] { return h.idle == 1; }));
   CHECK(!h.gone);
 }
 
 TEST_CASE("ready while holding a context turn kills the worker") {
   Harness h;
-  h.send(wire::InitLease{true});
-  CHECK(std::holds_alternative<wire::LeaseGranted>(h.receive().message));
-  h.send(wire::Ready{});
+  h.send(messages::InitLease{true});
+  CHECK(std::holds_alternative<messages::LeaseGranted>(h.receive().message));
+  h.send(messages::Ready{});
   REQUIRE(h.pump([&] { return h.gone; }));
   CHECK(h.idle == 0);
   CHECK(h.killed());
@@ -470,7 +470,7 @@ TEST_CASE("a worker may take another program only as many times as the server al
   SUBCASE("programs = 1: let go after its result, whatever it says") {
     Harness h(1);
     h.take(make_job());
-    wire::Result result = completed();
+    messages::RunResult result = completed();
     result.continues = true;
     h.send(result);
     REQUIRE(h.pump([&] { return h.outcome.has_value() && h.gone; }));
@@ -478,13 +478,13 @@ TEST_CASE("a worker may take another program only as many times as the server al
   SUBCASE("programs = 2: ready again after the first, let go after the second") {
     Harness h(2);
     h.take(make_job());
-    wire::Result result = completed();
+    messages::RunResult result = completed();
     result.continues = true;
     h.send(result);
     REQUIRE(h.pump([&] { return h.outcome.has_value(); }));
     CHECK(!h.gone);
     CHECK(h.handle->state() == WorkerHandle::State::recycling);
-    h.send(wire::Ready{});
+    h.send(messages::Ready{});
     REQUIRE(h.pump([&] { return h.idle == 2; }));
     REQUIRE(h.handle->run(make_job()));
     h.send(result);
@@ -498,7 +498,7 @@ TEST_CASE("a reused worker's retirement reason is passed on only when it stops, 
   SUBCASE("it continues: a reason it also sends is dropped") {
     Harness h(2);
     h.take(make_job());
-    wire::Result result = completed();
+    messages::RunResult result = completed();
     result.continues = true;
     result.retired = "threads: but it continues";
     h.send(result);
@@ -509,7 +509,7 @@ TEST_CASE("a reused worker's retirement reason is passed on only when it stops, 
   SUBCASE("it stops: a large reason with control bytes reaches the outcome, and the worker is let go") {
     Harness h(2);
     h.take(make_job());
-    wire::Result result = completed();
+    messages::RunResult result = completed();
     result.retired = std::string(100 << 10, '\x1b') + std::string("\n\0threads: x", 12);  // within the frame limit, escaped
     h.send(result);
     REQUIRE(h.pump([&] { return h.outcome.has_value() && h.gone; }));
@@ -530,7 +530,7 @@ TEST_CASE("a job past its deadline is answered timeout and its process killed") 
 TEST_CASE("a worker that dies mid-instruction fails that instruction, saying how it died") {
   Harness h;
   h.take(make_job());
-  h.send(wire::Progress{2});
+  h.send(messages::Progress{2});
   h.handle->exited("killed by signal 11");
   REQUIRE(h.outcome.has_value());
   REQUIRE(h.outcome->result.has_value());
@@ -558,11 +558,11 @@ TEST_CASE("a start is reported once: alive and started at ready, not again when 
   h.take(make_job());
   CHECK(h.alive == 1);
   CHECK(h.started == 1);
-  wire::Result result = completed();
+  messages::RunResult result = completed();
   result.continues = true;
   h.send(result);
   REQUIRE(h.pump([&] { return h.outcome.has_value(); }));
-  h.send(wire::Ready{});
+  h.send(messages::Ready{});
   REQUIRE(h.pump([&] { return h.idle == 2; }));
   CHECK(h.alive == 1);
   CHECK(h.started == 1);
@@ -571,12 +571,12 @@ TEST_CASE("a start is reported once: alive and started at ready, not again when 
 
 TEST_CASE("a GPU worker is alive when it asks for its context-making turn, started only at ready") {
   Harness h;
-  h.send(wire::InitLease{true});
-  CHECK(std::holds_alternative<wire::LeaseGranted>(h.receive().message));
+  h.send(messages::InitLease{true});
+  CHECK(std::holds_alternative<messages::LeaseGranted>(h.receive().message));
   CHECK(h.alive == 1);
   CHECK(h.started == 0);
-  h.send(wire::InitLease{false});
-  h.send(wire::Ready{});
+  h.send(messages::InitLease{false});
+  h.send(messages::Ready{});
   REQUIRE(h.pump([&] { return h.idle == 1; }));
   CHECK(h.alive == 1);
   CHECK(h.started == 1);
@@ -594,7 +594,7 @@ TEST_CASE("a worker not ready by its start deadline is killed and its start repo
 
 TEST_CASE("a worker ready within its start deadline is not killed when the deadline would have passed") {
   Harness h(1, 1 << 20, std::chrono::milliseconds(50));
-  h.send(wire::Ready{});
+  h.send(messages::Ready{});
   REQUIRE(h.pump([&] { return h.idle == 1; }));
   for (int i = 0; i < 30; ++i) h.io.run_for(std::chrono::milliseconds(5));
   CHECK(!h.gone);
@@ -606,12 +606,12 @@ TEST_CASE("the start deadline waits while the worker waits for a context-making 
   bool other_granted = false;
   h.leases.acquire_init(0, 1, [&] { other_granted = true; });  // another worker makes its context
   REQUIRE(other_granted);
-  h.send(wire::InitLease{true});
+  h.send(messages::InitLease{true});
   for (int i = 0; i < 60; ++i) h.io.run_for(std::chrono::milliseconds(5));  // 300 ms, past the deadline
   CHECK(!h.gone);
   CHECK(h.start_failures.empty());
   h.leases.release_init(0, 1);  // its turn: the deadline's rest runs
-  CHECK(std::holds_alternative<wire::LeaseGranted>(h.receive().message));
+  CHECK(std::holds_alternative<messages::LeaseGranted>(h.receive().message));
   REQUIRE(h.pump([&] { return h.gone; }));
   REQUIRE(h.start_failures.size() == 1);
   CHECK(h.start_failures[0].second);
@@ -620,7 +620,7 @@ TEST_CASE("the start deadline waits while the worker waits for a context-making 
 
 TEST_CASE("a worker that says why it cannot start reports that reason, and goes") {
   Harness h;
-  h.send(wire::Failed{"--memory-limit-bytes is 64 MiB, but a worker already holds 147 MiB"});
+  h.send(messages::Failed{"--memory-limit-bytes is 64 MiB, but a worker already holds 147 MiB"});
   REQUIRE(h.pump([&] { return h.gone; }));
   REQUIRE(h.start_failures.size() == 1);
   CHECK(h.start_failures[0].first == "--memory-limit-bytes is 64 MiB, but a worker already holds 147 MiB");
@@ -645,7 +645,7 @@ TEST_CASE("a worker that exits before ready: the exit notice says how; its own l
   }
   SUBCASE("its failed message, still in the channel when the notice overtakes it") {
     Harness h;
-    h.send(wire::Failed{"cannot make the sandbox's namespaces"});
+    h.send(messages::Failed{"cannot make the sandbox's namespaces"});
     h.handle->exited("exit code 1");
     REQUIRE(h.start_failures.size() == 1);
     CHECK(h.start_failures[0].first == "cannot make the sandbox's namespaces");
@@ -671,7 +671,7 @@ TEST_CASE("a worker that exits before ready: the exit notice says how; its own l
 TEST_CASE("a starting worker that breaks the protocol fails its start; a discarded one reports nothing") {
   {
     Harness h;
-    h.send(wire::Progress{0});
+    h.send(messages::Progress{0});
     REQUIRE(h.pump([&] { return h.gone; }));
     REQUIRE(h.start_failures.size() == 1);
     CHECK(h.start_failures[0].first == "a starting worker broke the channel protocol ('progress' without a job)");

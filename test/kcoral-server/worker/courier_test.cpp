@@ -17,7 +17,7 @@
 
 #include "courier.hpp"
 
-namespace wire = kcoral::wire;
+namespace messages = kcoral::messages;
 
 namespace {
 
@@ -106,32 +106,32 @@ TEST_CASE("a descriptor opened after the start is not the channel's, even at its
   Started s = start();
   kcoral::UniqueFd reused(::open("/dev/null", O_RDONLY | O_CLOEXEC));
   CHECK(reused.get() == s.channel_number);
-  CHECK(s.courier->send(wire::Ready{}).has_value());
-  auto received = wire::receive(s.front);
+  CHECK(s.courier->send(messages::Ready{}).has_value());
+  auto received = messages::receive(s.front);
   REQUIRE(received.has_value());
-  CHECK(std::holds_alternative<wire::Ready>((*received)->message));
+  CHECK(std::holds_alternative<messages::Ready>((*received)->message));
 }
 
 TEST_CASE("messages go both ways with their descriptors, reopened across the tables") {
   Started s = start();
   auto blob = memfd_with("blob bytes");
   int blob_fd = blob.get();
-  REQUIRE(wire::send(s.front, wire::Blobs{{"digest"}, {0}, {0}, {10}, 1}, std::span<const int>(&blob_fd, 1)).has_value());
-  REQUIRE(wire::send(s.front, wire::LeaseGranted{}).has_value());
+  REQUIRE(messages::send(s.front, messages::Blobs{{"digest"}, {0}, {0}, {10}, 1}, std::span<const int>(&blob_fd, 1)).has_value());
+  REQUIRE(messages::send(s.front, messages::LeaseGranted{}).has_value());
   auto blobs = s.courier->receive();
   REQUIRE_MESSAGE(blobs.has_value(), blobs.error().message);
-  REQUIRE(std::holds_alternative<wire::Blobs>(blobs->message));
+  REQUIRE(std::holds_alternative<messages::Blobs>(blobs->message));
   REQUIRE(blobs->fds.size() == 1);
   CHECK(contents(blobs->fds[0].get()) == "blob bytes");
   auto granted = s.courier->receive();
   REQUIRE(granted.has_value());
-  CHECK(std::holds_alternative<wire::LeaseGranted>(granted->message));
+  CHECK(std::holds_alternative<messages::LeaseGranted>(granted->message));
 
   auto parts = memfd_with("parts");
-  wire::Result result;
+  messages::RunResult result;
   result.part_sizes = {5};
   REQUIRE(s.courier->send(result, {parts.get()}).has_value());
-  auto received = wire::receive(s.front);
+  auto received = messages::receive(s.front);
   REQUIRE(received.has_value());
   REQUIRE((*received)->fds.size() == 1);
   CHECK(contents((*received)->fds[0].get()) == "parts");
@@ -143,7 +143,7 @@ TEST_CASE("sends from many threads each arrive once") {
   int received_count = 0;
   std::thread reader([&] {
     for (int i = 0; i < 400; ++i) {
-      auto received = wire::receive(s.front);  // a blocking socket: waits for each
+      auto received = messages::receive(s.front);  // a blocking socket: waits for each
       if (!received || !*received) break;
       ++received_count;
     }
@@ -152,7 +152,7 @@ TEST_CASE("sends from many threads each arrive once") {
   for (int t = 0; t < 8; ++t)
     threads.emplace_back([&] {
       for (int i = 0; i < 50; ++i)
-        if (!s.courier->send(wire::GpuAccess{})) ++failed_sends;
+        if (!s.courier->send(messages::GpuAccess{})) ++failed_sends;
     });
   for (auto& thread : threads) thread.join();
   reader.join();
@@ -165,7 +165,7 @@ TEST_CASE("once the front closes the channel, receive fails, and keeps failing")
   s.front = kcoral::Channel();
   CHECK(!s.courier->receive().has_value());
   CHECK(!s.courier->receive().has_value());
-  CHECK(!s.courier->send(wire::Ready{}).has_value());
+  CHECK(!s.courier->send(messages::Ready{}).has_value());
 }
 
 }  // TEST_SUITE
