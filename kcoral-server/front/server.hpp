@@ -1,5 +1,6 @@
-// Server: kcoral-server's parts wired together — I/O threads, listener, blob store,
-// worker pool, metrics — and its life from start to a graceful stop on SIGTERM/SIGINT.
+// Server: kcoral-server's parts wired together (I/O threads, listener, blob store and disk
+// cache, compile caches, worker pool, metrics, event log, HAProxy agent) and its life from
+// start to a graceful stop on SIGTERM/SIGINT.
 #pragma once
 
 #include "server_config.hpp"

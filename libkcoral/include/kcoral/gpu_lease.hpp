@@ -1,10 +1,11 @@
 // GpuLease: the executor's view of exclusive GPU access.
 //
 // The executor takes the lease lazily before the first instruction that needs the GPU and
-// drops it around file uploads, file/folder returns and cpu_only runs (docs/protocol.md, "Lease
-// placement"). Where the lease comes from is the implementation's business: a LeaseManager
-// in this process (embedded use), the server's front over a socket (worker processes), or
-// nowhere at all on a CPU-only executor. Used from one thread.
+// drops it around file uploads, file/folder returns and cpu_only runs (docs/protocol.md,
+// "Lease placement"). Where the lease comes from is the implementation's business: the
+// server's front over a socket (worker processes), a LeaseManager of the embedding
+// program's own (docs/cpp-api.md shows such an adapter), or nowhere at all on a CPU-only
+// executor (NoGpuLease). Used from one thread.
 #pragma once
 
 #include "kcoral/error.hpp"
