@@ -57,15 +57,10 @@ std::string describe_preload(const std::vector<kcoral::PreloadedModule>& modules
   return out;
 }
 
-// The zygote's part of the front's flags; an error names a --program-env that is not NAME=VALUE.
+// The zygote's options: the front's flags, and its --program-env parsed; an error names
+// one that is not NAME=VALUE.
 kcoral::Result<kcoral::ZygoteOptions> zygote_options(const kcoral::WorkerOptions& flags) {
-  kcoral::ZygoteOptions options;
-  options.device = flags.device;
-  options.work_root = flags.work_root;
-  options.programs_per_worker = flags.programs_per_worker;
-  options.reuse_check = flags.reuse_check;
-  options.cuda_connections = flags.cuda_connections;
-  options.compile_cache_bytes = flags.compile_cache_bytes;
+  kcoral::ZygoteOptions options{flags, {}, {}};
   for (const std::string& assignment : flags.program_environment) {
     auto variable = kcoral::parse_environment_assignment(assignment);
     if (!variable) return kcoral::fail(kcoral::ErrorKind::engine, "--program-env: " + variable.error().message);
@@ -115,10 +110,10 @@ int main(int argc, char** argv) {
 
   // Before the interpreter starts threads: a zygote that is not root enters a user
   // namespace of its own here, which a threaded process cannot.
-  bool gpu = options->device == "gpu";
+  bool gpu = flags.device == "gpu";
   sandbox_config.enabled = flags.sandboxed;
   sandbox_config.gpu = gpu;
-  sandbox_config.root_mountpoint = options->work_root + "/sandbox-root";
+  sandbox_config.root_mountpoint = flags.work_root + "/sandbox-root";
   sandbox_config.init_path = kcoral::beside_this_binary("kcoral-init");
   kcoral::Sandbox sandboxes(sandbox_config);
   if (auto prepared = sandboxes.prepare_zygote(); !prepared) return failed(prepared.error().message);
@@ -126,7 +121,7 @@ int main(int argc, char** argv) {
   std::string python = flags.python.empty() ? python_beside_this_binary() : flags.python;
   // The heavy imports happen once, here, not in every child; each only if it leaves this
   // process safe to fork (no CUDA: each child makes its own context).
-  auto executor = kcoral::Executor::create({python, options->work_root, {}, gpu});
+  auto executor = kcoral::Executor::create({python, flags.work_root, {}, gpu});
   if (!executor) return failed(executor.error().message);
   auto preloaded = (*executor)->preload(flags.preload);
   if (!preloaded) return failed(preloaded.error().message);

@@ -163,7 +163,7 @@ int Zygote::serve(int signal_fd, std::map<std::string, std::string> versions) {
   return 0;
 }
 
-std::string Zygote::worker_root(pid_t pid) const { return options_.work_root + "/" + std::to_string(pid); }
+std::string Zygote::worker_root(pid_t pid) const { return options_.flags.work_root + "/" + std::to_string(pid); }
 
 void Zygote::fork_worker(int signal_fd, const std::string& visible_devices) {
   auto pair = Channel::socket_pair();
@@ -174,7 +174,7 @@ void Zygote::fork_worker(int signal_fd, const std::string& visible_devices) {
     // os.environ, so that programs see the same values CUDA does.
     ProgramEnvironmentSpec spec;
     spec.interpreter_bin = options_.interpreter_bin;
-    if (options_.device == "gpu" && std::filesystem::is_directory(kCudaToolkitBin))
+    if (options_.flags.device == "gpu" && std::filesystem::is_directory(kCudaToolkitBin))
       spec.system_path = std::string(kCudaToolkitBin) + ":" + kDefaultSystemPath;
     if (!sandbox_.config().enabled) {  // no scratch space of its own: its directory under the work root
       spec.home = spec.tmpdir = worker_root(::getpid());
@@ -182,10 +182,10 @@ void Zygote::fork_worker(int signal_fd, const std::string& visible_devices) {
       std::filesystem::create_directories(spec.home, ec);
     } else {  // the tenant's compile cache, or its stand-in in the scratch space
       spec.compile_cache = kCompileCacheMount;
-      spec.compile_cache_bytes = options_.compile_cache_bytes;
+      spec.compile_cache_bytes = options_.flags.compile_cache_bytes;
     }
     spec.visible_devices = visible_devices;
-    spec.cuda_connections = options_.cuda_connections;
+    spec.cuda_connections = options_.flags.cuda_connections;
     spec.operator_variables = options_.program_environment;
     EnvironmentVariables environment = program_environment(spec);
     PyGILState_STATE gil = PyGILState_Ensure();
@@ -209,7 +209,7 @@ void Zygote::fork_worker(int signal_fd, const std::string& visible_devices) {
     auto courier = Courier::start(channel.release_socket());
     if (!courier) ::_exit(1);
     std::string root = sandboxed_root->empty() ? worker_root(::getpid()) : *sandboxed_root;
-    ProgramProcessOptions process{root, options_.device == "gpu", options_.programs_per_worker, options_.reuse_check};
+    ProgramProcessOptions process{root, options_.flags.device == "gpu", options_.flags.programs_per_worker, options_.flags.reuse_check};
     ::_exit(serve_programs(executor_, **courier, process));
   });
   if (!pid) return report_error(pid.error().message);

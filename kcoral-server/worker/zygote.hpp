@@ -24,18 +24,14 @@
 #include "kcoral/executor.hpp"
 #include "program_environment.hpp"
 #include "sandbox.hpp"
+#include "worker_options.hpp"
 
 namespace kcoral {
 
 struct ZygoteOptions {
-  std::string device = "cpu";
-  std::string work_root;
-  std::size_t programs_per_worker = 1;
-  bool reuse_check = true;   // a reused worker's state is checked between programs
-  int cuda_connections = 0;  // > 0: CUDA_DEVICE_MAX_CONNECTIONS of the workers
-  std::uint64_t compile_cache_bytes = 0;     // a sandbox's tools are pointed at the compile cache
-  std::string interpreter_bin;              // the directory of the embedded Python
-  EnvironmentVariables program_environment;  // --program-env
+  WorkerOptions flags;                       // as the front gave them
+  EnvironmentVariables program_environment;  // flags.program_environment, parsed
+  std::string interpreter_bin;               // the directory of the embedded Python
 };
 
 // The directories the embedded interpreter reads from: its prefixes and sys.path.
