@@ -152,7 +152,9 @@ TEST_CASE("an error kind the protocol does not name is refused as the frame is r
   const std::string kind = R"("kind":"gpu_access")";
   auto at = text.find(kind);
   REQUIRE(at != std::string::npos);
-  for (std::string other : {R"("kind":"made_up")", R"("kind":"")", R"("kind":7)", R"("kind":"RUNTIME")"}) {
+  for (std::string other : {std::string(R"("kind":"made_up")"), std::string(R"("kind":"")"),
+                            std::string(R"("kind":7)"), std::string(R"("kind":"RUNTIME")"),
+                            R"("kind":")" + std::string(4 << 20, 'r') + "\""}) {  // 4 MiB of a name
     std::string changed = text;
     changed.replace(at, kind.size(), other);
     CHECK(refusal(changed).find("'kind' must be an error kind's name") != std::string::npos);
