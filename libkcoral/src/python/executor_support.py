@@ -303,9 +303,33 @@ def _triton_key() -> None:
             return
 
 
+def _triton_first_launch() -> None:
+    """What Triton's first launch in a process does before it reaches the GPU, a cache hit
+    included (0.2 s of a 0.2 s cache hit on the H200's machine, Triton 3.6): its argument
+    specializer imports Gluon's Hopper module (0.17 s) to recognize tensor descriptors, and
+    its driver asks `file` for the platform and `ldconfig` for libcuda's folder, each kept
+    for the process. Each is skipped where this Triton lacks it or the machine has no
+    libcuda; the worker then does it itself, as it would have."""
+    steps = (
+        lambda: importlib.import_module("triton.experimental.gluon.nvidia.hopper"),
+        lambda: importlib.import_module("triton.runtime.build").platform_key(),
+        lambda: importlib.import_module("triton.backends.nvidia.driver").libcuda_dirs(),
+    )
+    for step in steps:
+        try:
+            step()
+        except Exception:  # noqa: BLE001 - a warm-up that fails is the worker's to redo
+            continue
+
+
+def _warm_up_triton() -> None:
+    _triton_key()
+    _triton_first_launch()
+
+
 # After a module is preloaded: what it computes once per process, without CUDA, on first
 # use, done once in the worker parent instead of in every worker.
-_WARM_UPS = {"triton": _triton_key}
+_WARM_UPS = {"triton": _warm_up_triton}
 
 
 @contextlib.contextmanager

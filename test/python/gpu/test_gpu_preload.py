@@ -23,11 +23,17 @@ import sys
 
 def imported(names):
     preloaded = [n for n in names if n in sys.modules]  # before this program imports anything
+    preloaded_all = set(sys.modules)
     import torch
+    from triton.backends.nvidia.driver import libcuda_dirs
+    from triton.runtime.build import platform_key
     from triton.runtime.cache import triton_key
     x = torch.arange(1 << 20, device="cuda", dtype=torch.float32)
     return {"preloaded": preloaded, "sum": float((x * 2).sum().item()),
-            "triton_key_done": triton_key.cache_info().currsize == 1}
+            "triton_key_done": triton_key.cache_info().currsize == 1,
+            "first_launch_done": [platform_key.cache_info().currsize == 1,
+                                  libcuda_dirs.cache_info().currsize == 1,
+                                  "triton.experimental.gluon.nvidia.hopper" in preloaded_all]}
 """
 
 
@@ -50,3 +56,4 @@ def test_heavy_modules_are_preloaded_and_a_cuda_opening_one_left_out(start_serve
     assert "kc_preload_cuda" not in result["preloaded"]
     assert {"torch", "triton"} <= set(result["preloaded"]), (result, line)
     assert result["triton_key_done"]  # computed once in the worker parent
+    assert result["first_launch_done"] == [True, True, True]  # so was what a first launch asks
