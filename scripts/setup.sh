@@ -3,7 +3,7 @@
 # need (haproxy: test/python/e2e/test_e2e_haproxy.py runs one in front of three servers), a
 # virtual environment in .venv, and both of kcoral's distributions built from these sources
 # into it: the client (pyproject.toml, pure Python) and the server side (server/: the native
-# module, kcoral.builtins, kcoral-server, kcoral-worker, the C++ package). Safe to run
+# module, kcoral.builtins, kcoral-server, the C++ package). Safe to run
 # again: it installs only what is missing and rebuilds only what changed (build/pip, ccache).
 set -euo pipefail
 cd "$(dirname "$0")/.."

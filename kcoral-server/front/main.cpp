@@ -100,15 +100,14 @@ int main(int argc, char** argv) {
   app.add_option("--work-root", config.work_root,
                  "Directory for programs' working directories (default: $TMPDIR/kcoral-<pid>)");
   app.add_option("--python", config.python,
-                 "Python executable whose environment the workers embed (default: the one installed "
-                 "beside kcoral-worker, else the build's)");
+                 "Python that runs the workers, with kcoral's server side installed (default: python3 beside "
+                 "kcoral-server, else $KCORAL_PYTHON, else python3 on PATH)");
   app.add_option("--preload", config.preload,
                  "Modules the worker parent imports once, before it forks workers, so that programs do not pay "
                  "for them (comma-separated; 'none' for none). Those not installed are skipped, and one whose "
                  "import starts threads or opens a CUDA device is left out; the start line says which")
       ->delimiter(',')
       ->capture_default_str();
-  app.add_option("--worker", config.worker_path, "Path of kcoral-worker (default: beside this binary)");
   app.add_option("--log-dir", config.log_dir,
                  "Directory of the event log: one JSON line per POST /execute in events.jsonl (request id, "
                  "client, outcome, error kind, program shape, timings, sizes); with --token-file, those of requests "

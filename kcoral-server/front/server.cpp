@@ -14,6 +14,8 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <string_view>
 #include <sstream>
 #include <thread>
 
@@ -27,13 +29,31 @@
 namespace kcoral {
 namespace {
 
+// The Python of the workers (ServerConfig::python): `chosen`, else python3 beside this
+// binary (the environment it was installed into), else $KCORAL_PYTHON, else python3 on
+// PATH; as it is when none of them can run, for the start to say so.
+std::string worker_python(const std::string& chosen) {
+  if (!chosen.empty()) return chosen;
+  auto runnable = [](const std::string& path) { return !path.empty() && ::access(path.c_str(), X_OK) == 0; };
+  if (std::string beside = beside_this_binary("python3"); runnable(beside)) return beside;
+  if (const char* named = std::getenv("KCORAL_PYTHON"); named != nullptr && runnable(named)) return named;
+  std::string_view path = std::getenv("PATH") != nullptr ? std::getenv("PATH") : "";
+  for (std::size_t start = 0; start <= path.size();) {
+    std::size_t end = std::min(path.find(':', start), path.size());
+    if (std::string candidate = std::string(path.substr(start, end - start)) + "/python3";
+        end > start && runnable(candidate))
+      return candidate;
+    start = end + 1;
+  }
+  return "python3";
+}
 
 // The worker parent's command line, from the server's flags.
 WorkerOptions worker_options(const ServerConfig& config) {
   WorkerOptions out;
   out.device = config.device;
   out.work_root = config.work_root;
-  out.python = config.python;
+  out.init_path = beside_this_binary("kcoral-init");
   out.preload = config.preload;
   out.programs_per_worker = config.programs_per_worker;
   out.reuse_check = config.reuse_check == "state";
@@ -93,14 +113,14 @@ int run_server(ServerConfig config) {
     const char* tmp = std::getenv("TMPDIR");
     config.work_root = std::string(tmp != nullptr && *tmp ? tmp : "/tmp") + "/kcoral-" + std::to_string(::getpid());
   }
-  if (config.worker_path.empty()) config.worker_path = beside_this_binary("kcoral-worker");
+  config.python = worker_python(config.python);
 
   WorkerPool::Config pool_config;
   pool_config.queue_timeout_seconds = config.queue_timeout_seconds;
   pool_config.programs_per_worker = config.programs_per_worker;
   // CPU workers make no context: no more of them are prepared than run at once.
   pool_config.context_inits_at_once = config.device == "gpu" ? config.context_inits_at_once : 1;
-  pool_config.zygote = {config.worker_path, worker_options(config)};
+  pool_config.zygote = {config.python, worker_options(config)};
   pool_config.workers_per_group = config.num_workers;
   // A result's frame holds its returned values' JSON and both captured streams.
   pool_config.max_message_bytes = config.max_response_bytes + 2 * config.max_output_limit_bytes + (1u << 20);
@@ -258,8 +278,8 @@ int run_server(ServerConfig config) {
   if (!pool.ready()) {
     std::string why = pool.startup_error();
     if (why.empty() && !pool.parent_ready())
-      why = "the worker parent (" + config.worker_path +
-            ", which starts the Python environment and imports what --preload names) did not say it was ready "
+      why = "the worker parent (" + config.python +
+            ", which imports what --preload names) did not say it was ready "
             "within 5 minutes";
     else if (why.empty())
       why = "the worker parent is up, but no first worker came up within 5 minutes (it was asked to fork them)";

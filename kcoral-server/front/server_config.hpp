@@ -60,8 +60,10 @@ struct ServerConfig {
   double shutdown_grace_seconds = 30;
   std::size_t io_threads = 0;  // 0: from the core count
   std::string work_root;       // empty: $TMPDIR/kcoral-<pid>
-  std::string worker_path;     // empty: kcoral-worker beside this binary
-  std::string python;          // empty: the worker's own choice
+  // The Python that runs the worker parent and the workers, with kcoral's server side
+  // installed. Empty: python3 beside this binary (the environment it was installed
+  // into), else $KCORAL_PYTHON, else python3 on PATH (worker_python()).
+  std::string python;
   // What the worker parent imports once, before it forks the workers, of what its Python
   // has installed (each only if its import leaves CUDA untouched): programs do not pay it.
   // kcoral.builtins (benchmark, compile_tirx) brings the kcoral package and its client's

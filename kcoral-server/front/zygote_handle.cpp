@@ -56,7 +56,7 @@ Status ZygoteHandle::start() {
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, pair->second.get(), 3);  // dup2 clears CLOEXEC
   std::vector<std::string> args = config_.worker.to_argv();
-  args.insert(args.begin(), config_.worker_path);
+  args.insert(args.begin(), {config_.python, "-c", kWorkerBootstrap});
   std::vector<char*> argv;
   for (std::string& arg : args) argv.push_back(arg.data());
   argv.push_back(nullptr);
@@ -74,11 +74,11 @@ Status ZygoteHandle::start() {
   posix_spawnattr_setsigdefault(&attributes, &defaults);
   posix_spawnattr_setsigmask(&attributes, &empty);
   posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
-  int rc = ::posix_spawn(&pid_, config_.worker_path.c_str(), &actions, &attributes, argv.data(), envp.data());
+  int rc = ::posix_spawn(&pid_, config_.python.c_str(), &actions, &attributes, argv.data(), envp.data());
   posix_spawnattr_destroy(&attributes);
   posix_spawn_file_actions_destroy(&actions);
   if (rc != 0)
-    return fail(ErrorKind::engine, "cannot start " + config_.worker_path + ": " + std::strerror(rc));
+    return fail(ErrorKind::engine, "cannot start the worker parent (" + config_.python + "): " + std::strerror(rc));
   channel_ = Channel(std::move(pair->first), kMaxMessageBytes);
   ready_ = false;
   forks_asked_ = 0;

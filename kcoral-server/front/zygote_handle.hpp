@@ -1,4 +1,4 @@
-// ZygoteHandle: the front's handle on the worker parent process (kcoral-worker).
+// ZygoteHandle: the front's handle on the worker parent process (kWorkerBootstrap).
 //
 // Starts the process with a control channel, asks it to fork children, and reports what
 // it says: ready (with the environment's versions), forked (a child's pid and channel),
@@ -36,9 +36,27 @@
 namespace kcoral {
 
 struct ZygoteConfig {
-  std::string worker_path;  // kcoral-worker
-  WorkerOptions worker;     // its command line
+  std::string python;     // runs the worker parent (kWorkerBootstrap)
+  WorkerOptions worker;   // its command line
 };
+
+// The worker parent's start: `python -c kWorkerBootstrap FLAGS...` loads kcoral._native
+// from the kcoral package of that Python, without importing the package itself (whose
+// modules could start threads before the worker parent unshares), and hands the flags to
+// its worker_main (worker/worker_parent.hpp). sys.argv and sys.path[0] are left as an
+// embedded interpreter has them, for the programs' sake.
+inline constexpr const char* kWorkerBootstrap =
+    "import importlib.machinery, importlib.util, sys\n"
+    "arguments, sys.argv = sys.argv[1:], ['']\n"
+    "if sys.path[:1] == ['']: del sys.path[0]\n"
+    "package = importlib.util.find_spec('kcoral')\n"
+    "found = package and importlib.machinery.PathFinder.find_spec('_native', package.submodule_search_locations)\n"
+    "if not found: sys.exit(f'the worker parent: {sys.executable} has no kcoral._native: install the server side "
+    "(pip install \"kcoral[server]\") into its environment, or name another Python with --python')\n"
+    "spec = importlib.util.spec_from_file_location('kcoral._native', found.origin)\n"
+    "native = sys.modules['kcoral._native'] = importlib.util.module_from_spec(spec)\n"
+    "spec.loader.exec_module(native)\n"
+    "native.worker_main(arguments)\n";
 
 // What the zygote takes from the server's environment, when set there.
 inline constexpr const char* kMachineryVariables[] = {"LD_LIBRARY_PATH", "PYTHONPATH", "PYTHONHOME", "KCORAL_PYTHON"};

@@ -9,7 +9,7 @@
 namespace kcoral {
 namespace {
 
-constexpr const char* kUsage = "kcoral-worker: the worker processes of kcoral-server (started by it, not by hand)";
+constexpr const char* kUsage = "the worker parent of kcoral-server (started by it, not by hand)";
 
 std::string joined(const std::vector<std::string>& items) {
   std::string out;
@@ -24,7 +24,7 @@ std::vector<std::string> WorkerOptions::to_argv() const {
       "--control-fd", std::to_string(control_fd),
       "--device", device,
       "--work-root", work_root,
-      "--python", python,
+      "--init", init_path,
       "--preload", joined(preload),
       "--programs-per-worker", std::to_string(programs_per_worker),
       "--reuse-check", reuse_check ? "state" : "none",
@@ -49,7 +49,7 @@ Result<WorkerOptions> WorkerOptions::parse(const std::vector<std::string>& argum
   app.add_option("--control-fd", out.control_fd)->required();
   app.add_option("--device", out.device)->required()->check(CLI::IsMember({"cpu", "gpu"}));
   app.add_option("--work-root", out.work_root)->required();
-  app.add_option("--python", out.python)->required();
+  app.add_option("--init", out.init_path)->required();
   app.add_option("--preload", out.preload)->required()->delimiter(',');
   app.add_option("--programs-per-worker", out.programs_per_worker)->required()->check(CLI::PositiveNumber);
   app.add_option("--reuse-check", reuse_check)->required()->check(CLI::IsMember({"state", "none"}));
@@ -68,13 +68,13 @@ Result<WorkerOptions> WorkerOptions::parse(const std::vector<std::string>& argum
     std::vector<std::string> reversed(arguments.rbegin(), arguments.rend());  // CLI11 reads from the back
     app.parse(reversed);
   } catch (const CLI::ParseError& error) {
-    return fail(ErrorKind::engine, std::string("kcoral-worker: ") + error.what());
+    return fail(ErrorKind::engine, std::string("kcoral worker parent: ") + error.what());
   }
   std::erase(out.preload, std::string());  // `--preload ''`: none
   out.reuse_check = reuse_check == "state";
   out.sandboxed = sandbox == "namespaces";
   auto range = parse_id_range(uid_range);
-  if (!range) return fail(ErrorKind::engine, "kcoral-worker: --sandbox-uid-range: " + range.error().message);
+  if (!range) return fail(ErrorKind::engine, "kcoral worker parent: --sandbox-uid-range: " + range.error().message);
   std::tie(out.first_uid, out.last_uid) = *range;
   return out;
 }

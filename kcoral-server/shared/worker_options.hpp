@@ -1,7 +1,8 @@
-// The worker parent's command line: what kcoral-server tells kcoral-worker when it starts
-// it. The front writes it (to_argv) and the worker reads it (parse) from this one type,
-// so the two sides cannot disagree on a flag. Every flag is required: the front decides
-// every value (its defaults are ServerConfig's), and the worker has none of its own.
+// The worker parent's command line: what kcoral-server tells the worker parent when it
+// starts it (front/zygote_handle.hpp). The front writes it (to_argv) and the worker parent
+// reads it (parse) from this one type, so the two sides cannot disagree on a flag. Every
+// flag is required: the front decides every value (its defaults are ServerConfig's), and
+// the worker parent has none of its own.
 #pragma once
 
 #include <cstdint>
@@ -16,7 +17,7 @@ struct WorkerOptions {
   int control_fd = 3;          // the channel to the front
   std::string device = "cpu";  // cpu or gpu
   std::string work_root;       // where programs' working directories go
-  std::string python;          // the Python environment to embed; empty: the worker's choice
+  std::string init_path;       // kcoral-init, each sandbox's first process
   std::vector<std::string> preload;  // modules the worker parent imports before it forks
   std::size_t programs_per_worker = 1;
   bool reuse_check = true;   // a reused worker's state is checked between programs

@@ -29,8 +29,9 @@
 namespace kcoral {
 
 struct ExecutorOptions {
-  // The Python whose environment to embed (sys.executable); empty: $KCORAL_PYTHON, else
-  // the interpreter found at build time. Ignored when Python already runs.
+  // The Python whose environment to embed (sys.executable); one that cannot run, or empty:
+  // $KCORAL_PYTHON, else python3 on PATH. It must be of the Python version the library was
+  // built with. Ignored when Python already runs (the native module, the worker parent).
   std::string python_executable;
   // Where per-program working directories are made; empty: $TMPDIR, else /tmp.
   std::string work_root;

@@ -23,11 +23,11 @@ Status ensure_interpreter(const std::string& python_executable) {
   std::lock_guard lock(mutex);
   if (Py_IsInitialized()) return {};
 
-  // The first that exists of: the caller's choice, $KCORAL_PYTHON, the build's Python;
-  // else python3 from PATH.
+  // The first that exists of: the caller's choice, $KCORAL_PYTHON; else python3 from PATH.
+  // Nothing of the build machine: an installed library names no Python of its own.
   std::string executable = "python3";
   const char* from_env = std::getenv("KCORAL_PYTHON");
-  for (const char* candidate : {python_executable.c_str(), from_env, KCORAL_DEFAULT_PYTHON}) {
+  for (const char* candidate : {python_executable.c_str(), from_env}) {
     if (candidate != nullptr && *candidate != '\0' && ::access(candidate, X_OK) == 0) {
       executable = candidate;
       break;

@@ -14,7 +14,7 @@ kcoral::WorkerOptions every_field_set() {
   options.control_fd = 7;
   options.device = "gpu";
   options.work_root = "/tmp/work root";
-  options.python = "/opt/venv/bin/python3";
+  options.init_path = "/opt/kcoral/bin/kcoral-init";
   options.preload = {"numpy", "tvm.script.tirx", "kcoral._native"};
   options.programs_per_worker = 64;
   options.reuse_check = false;

@@ -1,6 +1,6 @@
 """The installed binaries are hardened: full RELRO (bound at load, the GOT read-only), a
-stack protector and fortified libc calls, kcoral-worker above all, whose process runs
-strangers' code. Read from the ELF files themselves with readelf (binutils).
+stack protector and fortified libc calls, the native module above all, in whose processes
+the workers run strangers' code. Read from the ELF files themselves with readelf (binutils).
 """
 
 from __future__ import annotations
@@ -12,7 +12,13 @@ from pathlib import Path
 
 import pytest
 
-BINARIES = ["kcoral-worker", "kcoral-server"]
+def native_module() -> Path:
+    import kcoral._native
+
+    return Path(kcoral._native.__file__)
+
+
+BINARIES = {"kcoral._native": native_module, "kcoral-server": lambda: Path(sys.executable).parent / "kcoral-server"}
 
 
 def readelf(*args: str) -> str:
@@ -23,7 +29,7 @@ def readelf(*args: str) -> str:
 
 @pytest.mark.parametrize("name", BINARIES)
 def test_the_binary_is_built_with_full_relro_a_stack_protector_and_fortify(name: str) -> None:
-    binary = Path(sys.executable).parent / name
+    binary = BINARIES[name]()
     assert binary.is_file(), binary
     assert "GNU_RELRO" in readelf("--program-headers", str(binary))
     dynamic = readelf("--dynamic", str(binary))

@@ -1,5 +1,8 @@
-// kcoral-worker: the worker parent (zygote) that kcoral-server starts, and, forked from
-// it, the worker processes that run programs (see zygote.hpp).
+// The worker parent (zygote) that kcoral-server starts, and, forked from it, the worker
+// processes that run programs (see zygote.hpp): run_worker_parent, which the native
+// module's worker_main calls under the Python the front started.
+#include "worker_parent.hpp"
+
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -13,7 +16,6 @@
 #include "channel.hpp"
 #include "kcoral/executor.hpp"
 #include "messages.hpp"
-#include "executable_path.hpp"
 #include "process_tree.hpp"
 #include "program_environment.hpp"
 #include "worker_options.hpp"
@@ -29,13 +31,6 @@ void raise_descriptor_limit() {
     limit.rlim_cur = limit.rlim_max;
     ::setrlimit(RLIMIT_NOFILE, &limit);
   }
-}
-
-// The Python of the environment this binary was installed into (bin/kcoral-worker next
-// to bin/python3), so a pip-installed server embeds its own virtual environment.
-std::string python_beside_this_binary() {
-  std::string candidate = kcoral::beside_this_binary("python3");
-  return ::access(candidate.c_str(), X_OK) == 0 ? candidate : std::string();
 }
 
 // The start line's account of the preload: "numpy 0.21 s, torch 3.90 s; not installed:
@@ -85,16 +80,18 @@ kcoral::SandboxConfig sandbox_limits(const kcoral::WorkerOptions& flags) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  auto parsed = kcoral::WorkerOptions::parse({argv + 1, argv + argc});
+namespace kcoral {
+
+int run_worker_parent(const std::vector<std::string>& arguments) {
+  auto parsed = WorkerOptions::parse(arguments);
   if (!parsed) {
     std::fprintf(stderr, "%s\n", parsed.error().message.c_str());
     return 2;
   }
-  const kcoral::WorkerOptions& flags = *parsed;
+  const WorkerOptions& flags = *parsed;
   auto options = zygote_options(flags);
   if (!options) {
-    std::fprintf(stderr, "kcoral-worker: %s\n", options.error().message.c_str());
+    std::fprintf(stderr, "kcoral worker parent: %s\n", options.error().message.c_str());
     return 2;
   }
   kcoral::SandboxConfig sandbox_config = sandbox_limits(flags);
@@ -114,14 +111,14 @@ int main(int argc, char** argv) {
   sandbox_config.enabled = flags.sandboxed;
   sandbox_config.gpu = gpu;
   sandbox_config.root_mountpoint = flags.work_root + "/sandbox-root";
-  sandbox_config.init_path = kcoral::beside_this_binary("kcoral-init");
+  sandbox_config.init_path = flags.init_path;
   kcoral::Sandbox sandboxes(sandbox_config);
   if (auto prepared = sandboxes.prepare_zygote(); !prepared) return failed(prepared.error().message);
 
-  std::string python = flags.python.empty() ? python_beside_this_binary() : flags.python;
   // The heavy imports happen once, here, not in every child; each only if it leaves this
-  // process safe to fork (no CUDA: each child makes its own context).
-  auto executor = kcoral::Executor::create({python, flags.work_root, {}, gpu});
+  // process safe to fork (no CUDA: each child makes its own context). The interpreter is
+  // the one running this process.
+  auto executor = kcoral::Executor::create({{}, flags.work_root, {}, gpu});
   if (!executor) return failed(executor.error().message);
   auto preloaded = (*executor)->preload(flags.preload);
   if (!preloaded) return failed(preloaded.error().message);
@@ -157,3 +154,5 @@ int main(int argc, char** argv) {
   }
   return zygote.serve(signal_fd, std::move(versions));
 }
+
+}  // namespace kcoral
