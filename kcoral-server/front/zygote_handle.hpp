@@ -59,7 +59,8 @@ inline constexpr const char* kWorkerBootstrap =
     "native.worker_main(arguments)\n";
 
 // What the zygote takes from the server's environment, when set there.
-inline constexpr const char* kMachineryVariables[] = {"LD_LIBRARY_PATH", "PYTHONPATH", "PYTHONHOME", "KCORAL_PYTHON"};
+inline constexpr const char* kMachineryVariables[] = {"LD_LIBRARY_PATH", "PYTHONPATH", "PYTHONHOME", "KCORAL_PYTHON",
+                                                     "KCORAL_CUPTI_LIBRARY"};
 
 // The zygote's environment (NAME=VALUE): of `server_environment` (environ), only
 // kMachineryVariables; then PATH and LANG as programs get them, and the operator's.

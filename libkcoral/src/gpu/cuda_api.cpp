@@ -3,6 +3,7 @@
 
 #include <dlfcn.h>
 
+#include <cstdlib>
 #include <mutex>
 
 namespace kcoral::gpu {
@@ -50,8 +51,13 @@ std::string load_driver(DriverApi& api) {
 }
 
 std::string load_cupti(CuptiApi& api) {
-  // The toolkit's CUPTI, found at build time, matches the record layouts compiled in.
-  void* handle = open_first({KCORAL_CUPTI_LIBRARY, "libcupti.so.13", "libcupti.so"});
+  // The first found of: $KCORAL_CUPTI_LIBRARY (the operator's choice); the toolkit's CUPTI
+  // found at build time, whose record layouts are the ones compiled in (empty in a wheel,
+  // which names no path of the build machine); the one already loaded or on the loader's
+  // path, by soname (torch's CUDA wheels bring it, and load it); the toolkit's usual places.
+  void* handle = open_first({std::getenv("KCORAL_CUPTI_LIBRARY"), KCORAL_CUPTI_LIBRARY, "libcupti.so.13",
+                             "/usr/local/cuda/extras/CUPTI/lib64/libcupti.so.13",
+                             "/usr/local/cuda/lib64/libcupti.so.13", "libcupti.so"});
   if (handle == nullptr) return std::string("no CUPTI library: ") + ::dlerror();
   KCORAL_LOAD(api, handle, cuptiActivityRegisterCallbacks);
   KCORAL_LOAD(api, handle, cuptiActivityEnable);

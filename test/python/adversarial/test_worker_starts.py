@@ -57,18 +57,36 @@ def is_worker(pid: int) -> bool:
     return len(ids) >= 2 and ids[-1] == "2"
 
 
+def children(pid: int) -> list[int]:
+    """The children of `pid`, from its threads' /proc children lists: a few small reads,
+    where a walk of the whole process table (descendants()) takes long enough on a busy
+    machine for a fast worker to become ready between two looks."""
+    found = []
+    with contextlib.suppress(OSError):
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with contextlib.suppress(OSError):
+                found += [int(child) for child in (task / "children").read_text().split()]
+    return found
+
+
 @contextlib.contextmanager
 def workers_killed_as_they_start(server: Server) -> Iterator[None]:
-    """Kills every worker process of `server` as soon as it shows, until the block ends."""
+    """Kills every worker process of `server` as soon as it shows, until the block ends.
+    Workers are the worker parent's children (the parent is the server's); the parent is
+    looked up again every so often, in case the server replaced it."""
     stop = threading.Event()
 
     def kill() -> None:
+        parents: list[int] = []
+        looked = 0.0
         while not stop.is_set():
-            for pid, _ in descendants(server.pid):
+            if time.monotonic() - looked > 0.5:
+                parents, looked = [pid for pid, _ in descendants(server.pid)], time.monotonic()
+            for pid in (child for parent in parents for child in children(parent)):
                 if is_worker(pid):
                     with contextlib.suppress(OSError):
                         os.kill(pid, signal.SIGKILL)
-            time.sleep(0.002)
+            time.sleep(0.0005)
 
     killer = threading.Thread(target=kill, daemon=True)
     killer.start()

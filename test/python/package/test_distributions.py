@@ -6,8 +6,12 @@
 - The server side (server/pyproject.toml), installed with that client into another fresh
   environment: its own kcoral-server serves a program to its own client, and run_local runs
   one in process.
+- The server side's manylinux wheel (scripts/server-wheel.sh, auditwheel): it carries its own
+  copies of the shared libraries beyond the manylinux baseline, names no directory outside
+  itself, and serves programs from an environment of an interpreter that has libpython
+  linked in statically (Debian's), whose workers run under that interpreter.
 
-Both environments take the wheels' dependencies from the package index (pip's cache).
+The environments take the wheels' dependencies from the package index (pip's cache).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from packaging.utils import parse_wheel_filename
 
 from e2e.harness import Server
 
@@ -144,3 +149,111 @@ def test_the_server_wheel_serves_its_own_client_and_runs_programs_in_process(
 
 def pip_cache() -> str:
     return os.environ.get("PIP_CACHE_DIR") or str(Path.home() / ".cache" / "pip")
+
+
+# What the manylinux policies let a wheel take from the system, as far as binaries like ours
+# go: glibc's libraries and GCC's C++ runtime. Anything else they need, the wheel must carry.
+MANYLINUX_BASELINE = {"libc.so.6", "libm.so.6", "libpthread.so.0", "libdl.so.2", "librt.so.1",
+                      "ld-linux-x86-64.so.2", "libstdc++.so.6", "libgcc_s.so.1"}
+
+
+def dynamic_entries(elf: Path) -> dict[str, list[str]]:
+    """The NEEDED libraries and the RPATH and RUNPATH directories of an ELF file (readelf)."""
+    entries: dict[str, list[str]] = {"NEEDED": [], "RPATH": [], "RUNPATH": []}
+    for line in run(["readelf", "--dynamic", "--wide", str(elf)]).stdout.splitlines():
+        for tag, values in entries.items():
+            if f"({tag})" in line:
+                value = line[line.index("[") + 1:line.rindex("]")]
+                values.extend(value.split(":") if tag != "NEEDED" else [value])
+    return entries
+
+
+def elf_files(root: Path) -> list[Path]:
+    def is_elf(path: Path) -> bool:
+        with path.open("rb") as file:
+            return file.read(4) == b"\x7fELF"
+
+    return sorted(path for path in root.rglob("*") if path.is_file() and is_elf(path))
+
+
+@pytest.fixture(scope="module")
+def repaired_server_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("repaired-server-wheel")
+    done = run([str(ROOT / "scripts" / "server-wheel.sh"), str(out)])
+    [wheel] = out.glob("*.whl")
+    assert done.stdout.splitlines() == [str(wheel)]
+    return wheel
+
+
+def test_the_repaired_server_wheel_is_manylinux_and_carries_what_the_system_may_lack(
+        repaired_server_wheel: Path, tmp_path: Path) -> None:
+    _, _, _, tags = parse_wheel_filename(repaired_server_wheel.name)
+    assert {tag.interpreter for tag in tags} == {f"cp{sys.version_info.major}{sys.version_info.minor}"}
+    assert all(tag.platform.startswith("manylinux_") for tag in tags), tags
+    unpacked = tmp_path / "unpacked"
+    zipfile.ZipFile(repaired_server_wheel).extractall(unpacked)
+    elves = {path.relative_to(unpacked).as_posix(): path for path in elf_files(unpacked)}
+    assert {"kcoral/bin/kcoral-server", "kcoral/bin/kcoral-init"} <= elves.keys()
+    assert any(name.startswith("kcoral/_native.") for name in elves)
+    # No binary among the scripts (auditwheel would have moved it away from kcoral-init): the
+    # environment's kcoral-server is the launcher.
+    [launcher] = unpacked.glob("*.data/scripts/kcoral-server")
+    assert launcher.read_text().startswith("#!python\n")
+    assert not [name for name in elves if ".data/" in name]
+    # The C++ package (find_package(kcoral)) comes with it, untouched by the repair.
+    assert (unpacked / "kcoral" / "lib" / "cmake" / "kcoral" / "kcoralConfig.cmake").is_file()
+    grafted = {path.name.split("-")[0] for path in (unpacked / "kcoral_server.libs").iterdir()}
+    assert grafted == {"libsimdjson", "libcrypto", "libseccomp"}
+    for name, elf in elves.items():
+        # Nothing names the build machine's directories: not the sources (__FILE__), not its
+        # Python, not its CUDA toolkit's CUPTI (found at run time instead).
+        data = elf.read_bytes()
+        for place in (str(ROOT), sys.prefix, sys.base_prefix, "/targets/x86_64-linux/lib"):
+            assert place.encode() not in data, f"{name} names {place}"
+        entries = dynamic_entries(elf)
+        directories = []
+        for directory in entries["RPATH"] + entries["RUNPATH"]:
+            # Relative to the file itself, and within the wheel: no directory of the build machine.
+            assert directory.startswith("$ORIGIN"), f"{name}: {directory}"
+            resolved = (elf.parent / directory.replace("$ORIGIN", ".", 1)).resolve()
+            assert resolved.is_relative_to(unpacked), f"{name}: {directory}"
+            directories.append(resolved)
+        for needed in entries["NEEDED"]:
+            assert needed in MANYLINUX_BASELINE or any((d / needed).is_file() for d in directories), \
+                f"{name} needs {needed}, which the wheel does not carry"
+
+
+def test_the_repaired_server_wheel_serves_programs_under_a_python_without_a_shared_libpython(
+        client_wheel: Path, repaired_server_wheel: Path, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Debian's interpreter of this Python's version (the wheel's), with libpython linked into
+    # the executable: the native module takes Python's symbols from the executable itself.
+    interpreter = Path(f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}")
+    if not interpreter.is_file():
+        pytest.fail(f"{interpreter} (Debian's python3 of this version, and python3-venv) is needed")
+    assert not [lib for lib in dynamic_entries(interpreter)["NEEDED"] if lib.startswith("libpython")]
+    run([str(interpreter), "-m", "venv", str(tmp_path / "venv")])
+    bin_dir = tmp_path / "venv" / "bin"
+    env = {**os.environ, "PIP_CACHE_DIR": pip_cache()}
+    run([str(bin_dir / "python"), "-m", "pip", "install", "-q", str(client_wheel), str(repaired_server_wheel)],
+        env=env)
+    # The installed binaries load the wheel's own copies, not this machine's.
+    [site_packages] = (tmp_path / "venv" / "lib").glob("python*/site-packages")
+    for binary in [site_packages / "kcoral" / "bin" / "kcoral-server", *(site_packages / "kcoral").glob("_native.*.so")]:
+        for line in run(["ldd", str(binary)]).stdout.splitlines():
+            name, _, found = line.strip().partition(" => ")
+            if found and name not in MANYLINUX_BASELINE:
+                assert Path(found.split(" (")[0]).resolve().is_relative_to(site_packages), line
+    monkeypatch.setenv("KCORAL_SERVER", str(bin_dir / "kcoral-server"))
+    (tmp_path / "server").mkdir()
+    # No --python: the launcher in the environment's bin/ names its own interpreter.
+    own = Server(tmp_path / "server", ["--device", "cpu", "--num-workers", "1"])
+    try:
+        script = tmp_path / "client.py"
+        script.write_text(CLIENT_SCRIPT)
+        done = run([str(bin_dir / "python"), str(script), own.url, "server"], env=env)
+        assert done.stdout.splitlines() == ["COMPLETED [0.0, 2.0, 4.0, 6.0]",
+                                            "run_local [0.0, 2.0, 4.0, 6.0]",
+                                            f"workers' environment {tmp_path / 'venv'}"]
+    finally:
+        assert own.stop() == 0

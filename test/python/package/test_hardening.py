@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,7 +17,14 @@ def native_module() -> Path:
     return Path(kcoral._native.__file__)
 
 
-BINARIES = {"kcoral._native": native_module, "kcoral-server": lambda: Path(sys.executable).parent / "kcoral-server"}
+def server_binary() -> Path:
+    # The binary, in the package's folder; the environment's bin/ holds its launcher.
+    import kcoral
+
+    return Path(kcoral.__file__).parent / "bin" / "kcoral-server"
+
+
+BINARIES = {"kcoral._native": native_module, "kcoral-server": server_binary}
 
 
 def readelf(*args: str) -> str:
