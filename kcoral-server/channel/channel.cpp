@@ -104,7 +104,7 @@ Status Channel::send(std::string_view json, const std::vector<int>& fds) const {
       waited_ms += 100;
       continue;
     }
-    if (errno == EPIPE || errno == ECONNRESET) return fail(ErrorKind::engine, "closed");
+    if (errno == EPIPE || errno == ECONNRESET) return std::unexpected(closed());
     return system_error("sendmsg");
   }
 }
@@ -123,9 +123,9 @@ Result<std::optional<Frame>> Channel::receive() const {
     n = ::recvmsg(socket_.get(), &header, MSG_CMSG_CLOEXEC);
   } while (n < 0 && errno == EINTR);
   if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return std::optional<Frame>();
-  if (n < 0 && errno == ECONNRESET) return fail(ErrorKind::engine, "closed");
+  if (n < 0 && errno == ECONNRESET) return std::unexpected(closed());
   if (n < 0) return system_error("recvmsg");
-  if (n == 0) return fail(ErrorKind::engine, "closed");
+  if (n == 0) return std::unexpected(closed());
 
   Frame frame;
   for (cmsghdr* cmsg = CMSG_FIRSTHDR(&header); cmsg != nullptr; cmsg = CMSG_NXTHDR(&header, cmsg)) {
@@ -154,6 +154,9 @@ Result<std::optional<Frame>> Channel::receive() const {
   return std::optional<Frame>(std::move(frame));
 }
 
-bool is_closed(const Error& error) { return error.message == "closed"; }
+Error Channel::closed() const {
+  peer_closed_ = true;
+  return {ErrorKind::engine, "the other end closed the channel"};
+}
 
 }  // namespace kcoral

@@ -44,21 +44,24 @@ class Channel {
 
   // Sends one message; its descriptors are duplicated into the receiver and stay ours.
   [[nodiscard]] Status send(std::string_view json, const std::vector<int>& fds = {}) const;
-  // Receives one frame. nullopt: nothing to read (non-blocking socket); an error with
-  // kind `engine` and message "closed" when the peer is gone, any other error when the
-  // frame breaks the rules above (its descriptors are closed then).
+  // Receives one frame. nullopt: nothing to read (non-blocking socket); an error when the
+  // peer is gone (peer_closed() then says so) or when the frame breaks the rules above
+  // (its descriptors are closed then).
   [[nodiscard]] Result<std::optional<Frame>> receive() const;
+  // Whether a send or a receive found the peer gone: what tells an exit from a violation.
+  [[nodiscard]] bool peer_closed() const { return peer_closed_; }
 
   [[nodiscard]] int fd() const { return socket_.get(); }
   [[nodiscard]] bool valid() const { return socket_.valid(); }
   UniqueFd release_socket() { return std::move(socket_); }
 
  private:
+  // The peer's end was found closed.
+  [[nodiscard]] Error closed() const;
+
   UniqueFd socket_;
   std::size_t max_text_bytes_ = kDefaultMaxTextBytes;
+  mutable bool peer_closed_ = false;  // set by the const send and receive, as errno would be
 };
-
-// Whether a receive error means the peer closed the channel.
-[[nodiscard]] bool is_closed(const Error& error);
 
 }  // namespace kcoral

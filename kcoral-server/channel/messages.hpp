@@ -152,7 +152,7 @@ struct Received {
   std::vector<UniqueFd> fds;
 };
 // Receives and decodes one message: nullopt when there is nothing to read; an error for a
-// closed channel (is_closed) or a frame that is not a valid message.
+// closed channel (channel.peer_closed() then) or a frame that is not a valid message.
 [[nodiscard]] kcoral::Result<std::optional<Received>> receive(const Channel& channel);
 
 }  // namespace kcoral::messages

@@ -98,7 +98,7 @@ void WorkerHandle::read() {
                          for (int i = 0; i < kMessagesPerTurn; ++i) {
                            auto received = messages::receive(self->channel_);
                            if (!received) {
-                             if (is_closed(received.error())) return self->channel_closed();
+                             if (self->channel_.peer_closed()) return self->channel_closed();
                              return self->violation(received.error().message);
                            }
                            if (!*received) break;
@@ -370,7 +370,7 @@ void WorkerHandle::exited(const std::string& how, const std::optional<std::strin
   while (!closed_ && (job_ || state_ == State::starting) && state_ != State::gone) {
     auto received = messages::receive(channel_);
     if (!received) {
-      if (!is_closed(received.error())) return violation(received.error().message);
+      if (!channel_.peer_closed()) return violation(received.error().message);
       break;
     }
     if (!*received) break;

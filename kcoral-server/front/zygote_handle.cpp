@@ -130,7 +130,7 @@ void ZygoteHandle::read_messages() {
   while (channel_.valid()) {
     auto received = messages::receive(channel_);
     if (!received) {
-      lost(is_closed(received.error()) ? "the worker parent exited" : received.error().message);
+      lost(channel_.peer_closed() ? "the worker parent exited" : received.error().message);
       return;
     }
     if (!*received) break;

@@ -241,7 +241,7 @@ void ProgramRun::execute(const Upload& upload) {
       try {
         values_[upload.id] = context_.device.make_tensor(blob(upload.blob), upload);
       } catch (const PythonException& e) {
-        bool missing_package = e.error().type_name == "LookupError";
+        bool missing_package = error_kind_from_wire(e.error().declared_kind) == ErrorKind::unavailable;
         throw failure_from(e, missing_package ? ErrorKind::unavailable : ErrorKind::runtime);
       }
       return;
@@ -358,9 +358,10 @@ void ProgramRun::execute(const ReturnValue& ret) {
         static_cast<Py_ssize_t>(ret.key.size()), static_cast<Py_ssize_t>(parts_.count()),
         static_cast<unsigned long long>(options_.max_binary_bytes - parts_.bytes())));
   } catch (const PythonException& e) {
-    if (e.error().type_name == "_kcoral_executor.ResponseTooLarge")
+    auto declared = error_kind_from_wire(e.error().declared_kind);
+    if (declared == ErrorKind::response_too_large)
       throw InstructionFailure{ErrorKind::response_too_large, e.error().message, ""};
-    bool ours = e.error().type_name == "_kcoral_executor.SerializationError";
+    bool ours = declared == ErrorKind::serialization;
     throw InstructionFailure{ErrorKind::serialization, ours ? e.error().message : e.error().summary(),
                              ours ? "" : e.error().traceback};
   }

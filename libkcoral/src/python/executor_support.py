@@ -42,12 +42,24 @@ _ENCODE_JSON = _JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan
 _POSTPONED_ANNOTATIONS = __future__.annotations.compiler_flag
 
 
+# Each names its error kind (kcoral_error_kind, PythonError::declared_kind), which is how
+# the executor tells them apart.
 class SerializationError(Exception):
     """A returned value the protocol cannot carry."""
+
+    kcoral_error_kind = "serialization"
 
 
 class ResponseTooLarge(Exception):
     """Returned binary data past the server's response limit (a request error, 500)."""
+
+    kcoral_error_kind = "response_too_large"
+
+
+class Unavailable(LookupError):
+    """What an upload needs is not installed in the worker environment."""
+
+    kcoral_error_kind = "unavailable"
 
 
 def compile_module(path: str, source: str) -> types.CodeType:
@@ -90,7 +102,7 @@ def _numpy_dtype(name: str):
         try:
             import ml_dtypes
         except ImportError:
-            raise LookupError(
+            raise Unavailable(
                 f"{name} tensors need the ml_dtypes package in the worker environment"
             ) from None
         return numpy.dtype(getattr(ml_dtypes, name))

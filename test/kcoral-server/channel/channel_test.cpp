@@ -159,12 +159,21 @@ TEST_CASE("a closed peer is reported as closed by receive and by send") {
   (void)pair.a.release_socket();  // closes a's end (the UniqueFd goes out of scope)
   CHECK_FALSE(pair.a.valid());
   CHECK(receive(pair.b).json == "last words");  // what was sent before still arrives
+  CHECK_FALSE(pair.b.peer_closed());
   auto after = pair.b.receive();
   REQUIRE_FALSE(after.has_value());
-  CHECK(kcoral::is_closed(after.error()));
+  CHECK(pair.b.peer_closed());
   auto sent = pair.b.send("anyone?");
   REQUIRE_FALSE(sent.has_value());
-  CHECK(kcoral::is_closed(sent.error()));
+  CHECK(pair.b.peer_closed());
+}
+
+TEST_CASE("a send to a peer that closed its end says the peer closed") {
+  auto pair = connected();
+  (void)pair.b.release_socket();
+  auto sent = pair.a.send("nobody");
+  REQUIRE_FALSE(sent.has_value());
+  CHECK(pair.a.peer_closed());
 }
 
 TEST_CASE("a receiver refuses a spilled text over its limit, before reading it") {
@@ -195,9 +204,11 @@ TEST_CASE("a spilled text must come in a regular file, and a frame must say its 
   CHECK(!pair.b.receive().has_value());
 }
 
-TEST_CASE("is_closed recognizes only the closed error") {
-  CHECK(kcoral::is_closed({kcoral::ErrorKind::engine, "closed"}));
-  CHECK_FALSE(kcoral::is_closed({kcoral::ErrorKind::engine, "recvmsg: Bad file descriptor"}));
+TEST_CASE("a frame that breaks the rules is an error, not a closed peer") {
+  auto pair = connected();
+  REQUIRE(::send(pair.a.fd(), "X{}", 3, 0) == 3);
+  REQUIRE_FALSE(pair.b.receive().has_value());
+  CHECK_FALSE(pair.b.peer_closed());
 }
 
 TEST_CASE("a default channel is invalid and fails to send and receive") {
