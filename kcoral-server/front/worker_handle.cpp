@@ -62,11 +62,11 @@ Status send_job(const Channel& channel, const ExecuteJob& job) {
 
 }  // namespace
 
-WorkerHandle::WorkerHandle(Strand strand, pid_t pid, std::size_t group, UniqueFd channel, LeaseBroker& leases,
-                           Events events, Limits limits, UniqueFd pidfd)
+WorkerHandle::WorkerHandle(Strand strand, Process process, std::size_t group, UniqueFd channel,
+                           LeaseBroker& leases, Events events, Limits limits)
     : strand_(strand),
-      pid_(pid),
-      pidfd_(std::move(pidfd)),
+      pid_(process.pid()),
+      process_(std::move(process)),
       group_(group),
       channel_(std::move(channel), limits.max_message_bytes),
       readable_(strand),
@@ -459,11 +459,8 @@ void WorkerHandle::let_go() {
 
 void WorkerHandle::kill_tree() const {
   // The child leads its own process group (and, sandboxed, its own PID namespace, which
-  // dies with it). Once the zygote has reaped it, its pid and group may name others: the
-  // pidfd says so (ESRCH), and nothing is signalled.
-  if (pidfd_ && ::syscall(SYS_pidfd_send_signal, pidfd_.get(), SIGKILL, nullptr, 0) != 0 && errno == ESRCH) return;
-  ::kill(-pid_, SIGKILL);
-  if (!pidfd_) ::kill(pid_, SIGKILL);
+  // dies with it). Once the zygote has reaped it, nothing is signalled (Process).
+  process_.signal_group(SIGKILL);
 }
 
 // -- the deadlines --------------------------------------------------------------------------

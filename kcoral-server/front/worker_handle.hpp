@@ -45,6 +45,7 @@
 #include "execute_job.hpp"
 #include "lease_broker.hpp"
 #include "messages.hpp"
+#include "process.hpp"
 #include "returned_values.hpp"
 
 namespace kcoral {
@@ -81,10 +82,10 @@ class WorkerHandle : public std::enable_shared_from_this<WorkerHandle> {
     std::chrono::steady_clock::duration start_timeout = std::chrono::seconds(60);
   };
 
-  // `pidfd`, when valid, names the process (pidfd_open by its parent): signals go through it,
-  // and its process group is signalled only while it has not been reaped.
-  WorkerHandle(Strand strand, pid_t pid, std::size_t group, UniqueFd channel, LeaseBroker& leases, Events events,
-               Limits limits, UniqueFd pidfd = UniqueFd());
+  // `process`: the worker, by the pidfd its parent opened; every signal goes through it, so
+  // none reaches another process once the worker parent has reaped this one.
+  WorkerHandle(Strand strand, Process process, std::size_t group, UniqueFd channel, LeaseBroker& leases,
+               Events events, Limits limits);
   WorkerHandle(const WorkerHandle&) = delete;
   WorkerHandle& operator=(const WorkerHandle&) = delete;
 
@@ -103,7 +104,7 @@ class WorkerHandle : public std::enable_shared_from_this<WorkerHandle> {
   void abort(const Error& error);
 
   [[nodiscard]] pid_t pid() const { return pid_; }
-  [[nodiscard]] int pidfd() const { return pidfd_.get(); }
+  [[nodiscard]] int pidfd() const { return process_.pidfd(); }
   // The tenant whose programs alone it may run, from its first program on (its compile
   // cache, and what a program leaves in a reused worker, are that tenant's).
   [[nodiscard]] std::optional<std::size_t> tenant() const { return tenant_; }
@@ -142,8 +143,8 @@ class WorkerHandle : public std::enable_shared_from_this<WorkerHandle> {
   void arm_deadline(Clock::duration remaining);
 
   Strand strand_;
-  pid_t pid_;
-  UniqueFd pidfd_;
+  pid_t pid_;  // process_'s, kept for the lease broker and the logs
+  Process process_;
   std::optional<std::size_t> tenant_;
   std::size_t group_;
   Channel channel_;

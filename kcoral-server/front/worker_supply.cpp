@@ -27,8 +27,8 @@ Status WorkerSupply::start() {
                                 if (first && events_.parent_ready) events_.parent_ready();
                                 top_up();
                               },
-                              [this](pid_t pid, UniqueFd channel, UniqueFd pidfd) {
-                                on_forked(pid, std::move(channel), std::move(pidfd));
+                              [this](Process process, UniqueFd channel) {
+                                on_forked(std::move(process), std::move(channel));
                               },
                               [this](pid_t pid, std::string how, std::optional<std::string> failure) {
                                 on_exited(pid, how, failure);
@@ -81,7 +81,7 @@ void WorkerSupply::wake_at(WorkerStarts::Clock::time_point at) {
   });
 }
 
-void WorkerSupply::on_forked(pid_t pid, UniqueFd channel, UniqueFd pidfd) {
+void WorkerSupply::on_forked(Process process, UniqueFd channel) {
   std::size_t group = 0;
   if (!pending_forks_.empty()) {
     group = pending_forks_.front();  // the zygote answers fork requests in order
@@ -98,8 +98,9 @@ void WorkerSupply::on_forked(pid_t pid, UniqueFd channel, UniqueFd pidfd) {
       [this](const WorkerPtr& worker, const std::string& why, bool timed_out) {
         on_start_failed(worker->group(), worker->pid(), why, timed_out);
       }};
-  auto worker = std::make_shared<WorkerHandle>(strand_, pid, group, std::move(channel), leases_, std::move(events),
-                                               config_.limits, std::move(pidfd));
+  pid_t pid = process.pid();
+  auto worker = std::make_shared<WorkerHandle>(strand_, std::move(process), group, std::move(channel), leases_,
+                                               std::move(events), config_.limits);
   workers_[pid] = worker;
   worker->start();
 }

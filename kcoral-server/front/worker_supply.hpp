@@ -86,7 +86,7 @@ class WorkerSupply {
   [[nodiscard]] const WorkerStarts& starts() const { return starts_; }
 
  private:
-  void on_forked(pid_t pid, UniqueFd channel, UniqueFd pidfd);
+  void on_forked(Process process, UniqueFd channel);
   void on_exited(pid_t pid, const std::string& how, const std::optional<std::string>& failure);
   void on_zygote_failed(const std::string& message);
   void restart_zygote();

@@ -9,6 +9,7 @@
 
 #include <boost/asio/bind_executor.hpp>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 
 #include "process_tree.hpp"
@@ -47,7 +48,27 @@ std::vector<std::string> zygote_environment(char** server_environment,
 ZygoteHandle::ZygoteHandle(Strand strand, ZygoteConfig config, Callbacks callbacks)
     : strand_(strand), config_(std::move(config)), callbacks_(std::move(callbacks)), readable_(strand) {}
 
-ZygoteHandle::~ZygoteHandle() { stop(); }
+// A worker parent on its way out: the front waits for its exit on the strand, escalating
+// from closing its channel (on which it kills its workers and exits) to SIGTERM after a
+// second and SIGKILL two seconds later, and reaps it.
+struct ZygoteHandle::Exiting {
+  Exiting(Strand strand, Process exiting) : process(std::move(exiting)), exited(strand), deadline(strand) {}
+  Process process;
+  boost::asio::posix::stream_descriptor exited;  // a copy of its pidfd: readable once it exits
+  boost::asio::steady_timer deadline;
+  int signal = SIGTERM;  // the next one sent at the deadline
+};
+
+ZygoteHandle::~ZygoteHandle() {
+  // Shutting down: what still exits is waited for here, at most three seconds each.
+  stop();
+  for (const auto& exiting : exiting_) {
+    boost::system::error_code ignored;
+    exiting->exited.close(ignored);
+    exiting->deadline.cancel();
+    finish(exiting->process);
+  }
+}
 
 Status ZygoteHandle::start() {
   auto pair = Channel::socket_pair();
@@ -74,11 +95,19 @@ Status ZygoteHandle::start() {
   posix_spawnattr_setsigdefault(&attributes, &defaults);
   posix_spawnattr_setsigmask(&attributes, &empty);
   posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
-  int rc = ::posix_spawn(&pid_, config_.python.c_str(), &actions, &attributes, argv.data(), envp.data());
+  pid_t pid = -1;
+  int rc = ::posix_spawn(&pid, config_.python.c_str(), &actions, &attributes, argv.data(), envp.data());
   posix_spawnattr_destroy(&attributes);
   posix_spawn_file_actions_destroy(&actions);
   if (rc != 0)
     return fail(ErrorKind::engine, "cannot start the worker parent (" + config_.python + "): " + std::strerror(rc));
+  auto process = Process::open(pid);  // our child, not reaped: its pid is still its own
+  if (!process) {
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, nullptr, 0);
+    return fail(ErrorKind::engine, "cannot hold the worker parent: " + process.error().message);
+  }
+  process_ = std::move(*process);
   channel_ = Channel(std::move(pair->first), kMaxMessageBytes);
   ready_ = false;
   forks_asked_ = 0;
@@ -101,21 +130,52 @@ void ZygoteHandle::request_fork(const std::string& visible_devices) {
 }
 
 void ZygoteHandle::stop() {
-  if (pid_ <= 0) return;
   boost::system::error_code ignored;
   readable_.close(ignored);
   channel_ = Channel();  // the zygote exits on the closed channel, killing its children
-  bool reaped = false;
-  for (int i = 0; i < 300 && !reaped; ++i) {
-    reaped = ::waitpid(pid_, nullptr, WNOHANG) != 0;
-    if (i == 100) ::kill(pid_, SIGTERM);
-    if (!reaped) ::usleep(10000);
-  }
-  if (!reaped) {
-    ::kill(pid_, SIGKILL);
-    ::waitpid(pid_, nullptr, 0);
-  }
-  pid_ = -1;
+  if (process_) retire(std::move(process_));
+}
+
+void ZygoteHandle::retire(Process process) {
+  auto exiting = std::make_shared<Exiting>(strand_, std::move(process));
+  int watched = ::fcntl(exiting->process.pidfd(), F_DUPFD_CLOEXEC, 3);
+  if (watched < 0) return finish(exiting->process);  // out of descriptors: wait here instead
+  exiting->exited.assign(watched);
+  exiting_.push_back(exiting);
+  std::weak_ptr<Exiting> weak = exiting;
+  auto forget = [this](const std::shared_ptr<Exiting>& gone) { std::erase(exiting_, gone); };
+  exiting->exited.async_wait(boost::asio::posix::stream_descriptor::wait_read,
+                             [weak, forget](boost::system::error_code ec) {
+                               auto exited = weak.lock();  // gone with this handle
+                               if (ec || !exited) return;
+                               exited->process.reap();
+                               exited->deadline.cancel();
+                               forget(exited);
+                             });
+  escalate(weak, std::chrono::seconds(1));
+}
+
+void ZygoteHandle::escalate(std::weak_ptr<Exiting> weak, std::chrono::milliseconds after) {
+  auto exiting = weak.lock();
+  if (!exiting) return;
+  exiting->deadline.expires_after(after);
+  exiting->deadline.async_wait([this, weak](boost::system::error_code ec) {
+    auto late = weak.lock();  // gone with this handle
+    if (ec || !late) return;
+    late->process.signal(late->signal);
+    if (late->signal == SIGTERM) {
+      late->signal = SIGKILL;
+      escalate(weak, std::chrono::seconds(2));
+    }
+  });
+}
+
+void ZygoteHandle::finish(Process& process) {
+  if (process.wait_for_exit(std::chrono::seconds(1))) return;
+  process.signal(SIGTERM);
+  if (process.wait_for_exit(std::chrono::seconds(2))) return;
+  process.signal(SIGKILL);
+  process.wait_for_exit(std::chrono::hours(1));  // SIGKILL: only a wedged kernel call delays it
 }
 
 void ZygoteHandle::wait_readable() {
@@ -150,9 +210,11 @@ void ZygoteHandle::handle(messages::Received received) {
     auto pid = static_cast<pid_t>(forked->pid);
     // A child already reaped has no parent to check; its exit notice follows.
     pid_t parent = forked->pid > 1 && forked->pid == pid ? parent_of(pid) : 0;
-    if (parent != -1 && parent != pid_)
+    if (parent != -1 && parent != process_.pid())
       return lost("the worker parent named pid " + std::to_string(forked->pid) + ", not a child of its own");
-    callbacks_.on_forked(pid, std::move(received.fds[0]), std::move(received.fds[1]));
+    auto process = Process::adopt(pid, std::move(received.fds[1]));
+    if (!process) return lost("the worker parent's fork: " + process.error().message);
+    callbacks_.on_forked(std::move(*process), std::move(received.fds[0]));
   } else if (auto* exited = std::get_if<messages::Exited>(&received.message)) {
     std::string how = exited->signal ? "killed by signal " + std::to_string(*exited->signal)
                                      : "exit code " + std::to_string(exited->exit_code.value_or(0));
@@ -173,10 +235,9 @@ void ZygoteHandle::lost(const std::string& why) {
   boost::system::error_code ignored;
   readable_.close(ignored);
   channel_ = Channel();
-  if (pid_ > 0) {
-    ::kill(pid_, SIGKILL);
-    ::waitpid(pid_, nullptr, 0);
-    pid_ = -1;
+  if (process_) {
+    process_.signal(SIGKILL);
+    retire(std::move(process_));
   }
   callbacks_.on_failed(why);
 }

@@ -20,9 +20,12 @@
 #include <sys/types.h>
 
 #include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/asio/io_context.hpp>
+#include <chrono>
 #include <functional>
+#include <memory>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -31,6 +34,7 @@
 
 #include "channel.hpp"
 #include "messages.hpp"
+#include "process.hpp"
 #include "worker_options.hpp"
 
 namespace kcoral {
@@ -72,7 +76,7 @@ class ZygoteHandle {
   using Strand = boost::asio::strand<boost::asio::io_context::executor_type>;
   struct Callbacks {
     std::function<void(std::map<std::string, std::string> versions)> on_ready;
-    std::function<void(pid_t pid, UniqueFd channel, UniqueFd pidfd)> on_forked;
+    std::function<void(Process process, UniqueFd channel)> on_forked;  // a worker, held by the pidfd sent
     // `failure`: why the program it ran failed, when the zygote knows (out of memory).
     std::function<void(pid_t pid, std::string how, std::optional<std::string> failure)> on_exited;
     std::function<void(std::string message)> on_failed;
@@ -87,21 +91,28 @@ class ZygoteHandle {
   // Asks for one more prepared child, to run with CUDA_VISIBLE_DEVICES set to
   // `visible_devices` (a GPU's UUID; empty on a CPU server).
   void request_fork(const std::string& visible_devices);
-  // Ends the zygote; it kills its children on the way out.
+  // Ends the zygote: closes its channel, on which it kills its children and exits, and
+  // waits for that on the strand (escalating to SIGTERM, then SIGKILL), never blocking it.
+  // The destructor waits for what still exits then, at most three seconds.
   void stop();
-  [[nodiscard]] pid_t pid() const { return pid_; }
-  [[nodiscard]] bool running() const { return pid_ > 0 && channel_.valid(); }
+  [[nodiscard]] pid_t pid() const { return process_ ? process_.pid() : -1; }
+  [[nodiscard]] bool running() const { return static_cast<bool>(process_) && channel_.valid(); }
 
  private:
   void wait_readable();
   void read_messages();
   void handle(messages::Received received);
   void lost(const std::string& why);
+  struct Exiting;
+  void retire(Process process);
+  void escalate(std::weak_ptr<Exiting> exiting, std::chrono::milliseconds after);
+  static void finish(Process& process);  // waits here: SIGTERM after 1 s, SIGKILL 2 s later
 
   Strand strand_;
   ZygoteConfig config_;
   Callbacks callbacks_;
-  pid_t pid_ = -1;
+  Process process_;  // the running worker parent
+  std::vector<std::shared_ptr<Exiting>> exiting_;  // earlier ones on their way out
   Channel channel_;
   boost::asio::posix::stream_descriptor readable_;
   bool ready_ = false;

@@ -100,7 +100,9 @@ struct Harness {
                                   CHECK(!gone);  // before it is gone
                                   start_failures.emplace_back(why, timed_out);
                                 }};
-    handle = std::make_shared<WorkerHandle>(strand, process, 0, std::move(pair->first), leases, events,
+    auto held = kcoral::Process::open(process);
+    REQUIRE(held.has_value());
+    handle = std::make_shared<WorkerHandle>(strand, std::move(*held), 0, std::move(pair->first), leases, events,
                                             WorkerHandle::Limits{max_message_bytes, programs, start_timeout});
     handle->start();
   }

@@ -9,6 +9,8 @@ Either way the next request is served.
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 import uuid
@@ -201,3 +203,30 @@ def test_programs_complete_while_another_program_churns_processes(start_server):
     finally:
         churner.join(30)
     assert outcome["result"].raise_for_error()["out"] == "churned"
+
+
+def children_of(pid: int) -> list[tuple[int, str]]:
+    """(pid, state) of each child of `pid`, zombies included (/proc)."""
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                text = open(f"/proc/{name}/stat").read()
+            except OSError:
+                continue
+            state, parent = text[text.rindex(")") + 2:].split()[:2]
+            if int(parent) == pid:
+                found.append((int(name), state))
+    return found
+
+
+def test_a_killed_worker_parent_is_reaped_and_replaced_and_programs_are_served_again(start_server):
+    server = start_server("--num-workers", "1")
+    assert server.execute(call("def f():\n    return 1\n", "f")).raise_for_error()["out"] == 1
+    [(parent, _)] = children_of(server.pid)
+    os.kill(parent, signal.SIGKILL)
+    # A new parent a second later; the old one reaped, not left a zombie of the server's.
+    assert wait_until(lambda: [p for p, state in children_of(server.pid) if p != parent and state != "Z"], 20)
+    assert wait_until(lambda: parent not in [p for p, _ in children_of(server.pid)], 10)
+    assert wait_until(lambda: server.get("/health").json()["load"]["request_capacity"] == 1, 20)
+    assert server.execute(call("def f():\n    return 2\n", "f"), read_timeout_s=60).raise_for_error()["out"] == 2
