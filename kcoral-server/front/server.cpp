@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
@@ -15,6 +16,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <expected>
 #include <string_view>
 #include <sstream>
 #include <thread>
@@ -102,10 +104,21 @@ std::pair<std::unique_ptr<CompileCaches>, std::string> open_compile_caches(const
                                   "compile_tirx, torch, the CUDA driver's JIT)"};
 }
 
-}  // namespace
+// A step of the start that failed: what to say, and the exit code (1: the machine or the
+// workers, 2: the flags).
+struct StartFailure {
+  int exit_code;
+  std::string message;
+};
+template <class T>
+using Step = std::expected<T, StartFailure>;
 
-int run_server(ServerConfig config) {
-  ::signal(SIGPIPE, SIG_IGN);
+std::unexpected<StartFailure> refuse(int exit_code, std::string message) {
+  return std::unexpected(StartFailure{exit_code, std::move(message)});
+}
+
+// What the flags leave to the machine: worker and thread counts, the work root, the Python.
+void fill_in_defaults(ServerConfig& config) {
   unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   if (config.num_workers == 0) config.num_workers = cores;
   if (config.io_threads == 0) config.io_threads = std::clamp(cores, 2u, 8u);
@@ -114,67 +127,72 @@ int run_server(ServerConfig config) {
     config.work_root = std::string(tmp != nullptr && *tmp ? tmp : "/tmp") + "/kcoral-" + std::to_string(::getpid());
   }
   config.python = worker_python(config.python);
+}
 
-  WorkerPool::Config pool_config;
-  pool_config.queue_timeout_seconds = config.queue_timeout_seconds;
-  pool_config.programs_per_worker = config.programs_per_worker;
-  // CPU workers make no context: no more of them are prepared than run at once.
-  pool_config.context_inits_at_once = config.device == "gpu" ? config.context_inits_at_once : 1;
-  pool_config.zygote = {config.python, worker_options(config)};
-  pool_config.workers_per_group = config.num_workers;
-  // A result's frame holds its returned values' JSON and both captured streams.
-  pool_config.max_message_bytes = config.max_response_bytes + 2 * config.max_output_limit_bytes + (1u << 20);
+// The pool's shape: one group of CPU workers, or one per GPU of --gpus (with the first
+// one's architecture, /health's target).
+struct PoolShape {
+  WorkerPool::Config pool;
   std::string target_arch;
-  if (config.device == "gpu") {
-    auto gpus = list_gpus();
-    if (!gpus) {
-      std::fprintf(stderr, "kcoral-server: --device gpu: %s\n", gpus.error().message.c_str());
-      return 1;
-    }
-    pool_config.groups.clear();
-    for (int index : config.gpus) {
-      auto gpu = std::find_if(gpus->begin(), gpus->end(), [&](const GpuInfo& g) { return g.index == index; });
-      if (gpu == gpus->end()) {
-        std::fprintf(stderr, "kcoral-server: there is no GPU %d (this machine has %zu)\n", index, gpus->size());
-        return 2;
-      }
-      pool_config.groups.push_back(gpu->uuid);
-      if (target_arch.empty()) target_arch = gpu->arch();
-      std::fprintf(stderr, "kcoral-server: GPU %d: %s, %s (%s)\n", index, gpu->name.c_str(), gpu->uuid.c_str(),
-                   gpu->arch().c_str());
-    }
-    pool_config.workers_per_group = config.workers_per_gpu;
+};
+Step<PoolShape> shape_pool(const ServerConfig& config) {
+  PoolShape shape;
+  WorkerPool::Config& pool = shape.pool;
+  pool.queue_timeout_seconds = config.queue_timeout_seconds;
+  pool.programs_per_worker = config.programs_per_worker;
+  // CPU workers make no context: no more of them are prepared than run at once.
+  pool.context_inits_at_once = config.device == "gpu" ? config.context_inits_at_once : 1;
+  pool.zygote = {config.python, worker_options(config)};
+  pool.workers_per_group = config.num_workers;
+  // A result's frame holds its returned values' JSON and both captured streams.
+  pool.max_message_bytes = config.max_response_bytes + 2 * config.max_output_limit_bytes + (1u << 20);
+  pool.max_queued_per_tenant = config.max_queued_per_tenant;
+  if (config.device != "gpu") return shape;
+  auto gpus = list_gpus();
+  if (!gpus) return refuse(1, "--device gpu: " + gpus.error().message);
+  pool.groups.clear();
+  for (int index : config.gpus) {
+    auto gpu = std::find_if(gpus->begin(), gpus->end(), [&](const GpuInfo& g) { return g.index == index; });
+    if (gpu == gpus->end())
+      return refuse(2, "there is no GPU " + std::to_string(index) + " (this machine has " +
+                           std::to_string(gpus->size()) + ")");
+    pool.groups.push_back(gpu->uuid);
+    if (shape.target_arch.empty()) shape.target_arch = gpu->arch();
+    std::fprintf(stderr, "kcoral-server: GPU %d: %s, %s (%s)\n", index, gpu->name.c_str(), gpu->uuid.c_str(),
+                 gpu->arch().c_str());
   }
+  pool.workers_per_group = config.workers_per_gpu;
+  return shape;
+}
 
-  // Descriptors: what the connections, the cache and the workers may hold must fit.
+// What the connections, the blob cache and the workers may hold must fit the descriptor
+// limit (raised to its hard limit; the connections and cached files are cut to fit) and
+// the sandbox's user ids. Returns the descriptor limit.
+Step<std::uint64_t> fit_descriptors_and_users(ServerConfig& config, const WorkerPool::Config& pool) {
   std::uint64_t descriptor_limit = raise_descriptor_limit();
-  std::size_t workers = pool_config.groups.size() * (pool_config.workers_per_group + pool_config.context_inits_at_once);
-  DescriptorPlan plan =
-      plan_descriptors(descriptor_limit, config.max_connections, config.blob_cache_max_files, workers);
-  if (plan.max_connections == 0) {
-    std::fprintf(stderr, "kcoral-server: the descriptor limit of %llu is too low for %zu workers; raise it (ulimit -n)\n",
-                 static_cast<unsigned long long>(descriptor_limit), workers);
-    return 1;
-  }
+  std::size_t workers = pool.groups.size() * (pool.workers_per_group + pool.context_inits_at_once);
+  DescriptorPlan plan = plan_descriptors(descriptor_limit, config.max_connections, config.blob_cache_max_files, workers);
+  if (plan.max_connections == 0)
+    return refuse(1, "the descriptor limit of " + std::to_string(descriptor_limit) + " is too low for " +
+                         std::to_string(workers) + " workers; raise it (ulimit -n)");
   if (!plan.adjusted.empty()) std::fprintf(stderr, "kcoral-server: %s\n", plan.adjusted.c_str());
   // Every live worker holds a user id of the range until its namespace is gone: the
   // prepared ones, the running ones, and those on their way out.
   std::uint64_t uids = std::uint64_t{config.sandbox_last_uid} - config.sandbox_first_uid + 1;
-  if (config.sandbox == "namespaces" && uids < 4 * workers) {
-    std::fprintf(stderr, "kcoral-server: --sandbox-uid-range holds %llu ids, fewer than the %zu that %zu workers need\n",
-                 static_cast<unsigned long long>(uids), 4 * workers, workers);
-    return 2;
-  }
+  if (config.sandbox == "namespaces" && uids < 4 * workers)
+    return refuse(2, "--sandbox-uid-range holds " + std::to_string(uids) + " ids, fewer than the " +
+                         std::to_string(4 * workers) + " that " + std::to_string(workers) + " workers need");
   config.max_connections = plan.max_connections;
   config.blob_cache_max_files = plan.blob_cache_files;
+  return descriptor_limit;
+}
 
+// The tenants of --token-file (one, unauthenticated, without it), said at start.
+Step<Tenants> load_tenants(const ServerConfig& config) {
   Tenants tenants;
   if (!config.token_file.empty()) {
     auto read = Tenants::read_token_file(config.token_file);
-    if (!read) {
-      std::fprintf(stderr, "kcoral-server: --token-file: %s\n", read.error().message.c_str());
-      return 2;
-    }
+    if (!read) return refuse(2, "--token-file: " + read.error().message);
     tenants = std::move(*read);
     struct stat info {};
     if (::stat(config.token_file.c_str(), &info) == 0 && (info.st_mode & 077) != 0)
@@ -188,138 +206,113 @@ int run_server(ServerConfig config) {
                  tenants.size(), names.c_str(), config.max_queued_per_tenant,
                  static_cast<unsigned long long>(tenant_inflight_limit(config, tenants.size())));
   }
-  pool_config.tenants = tenants.size();
-  pool_config.max_queued_per_tenant = config.max_queued_per_tenant;
-  boost::asio::ip::address listen_address;
   boost::system::error_code address_error;
-  listen_address = boost::asio::ip::make_address(config.host, address_error);
+  auto listen_address = boost::asio::ip::make_address(config.host, address_error);
   if (!address_error && !listen_address.is_loopback() && !tenants.need_tokens())
     std::fprintf(stderr,
                  "kcoral-server: listening on %s without --token-file: anyone who can reach it can run "
                  "programs here\n",
                  config.host.c_str());
+  return tenants;
+}
 
-  std::unique_ptr<EventLog> event_log;
-  std::unique_ptr<EventLog> anonymous_log;  // with tokens: the requests that show none
-  if (!config.log_dir.empty()) {
-    auto open_log = [&config](const char* name) -> std::unique_ptr<EventLog> {
-      auto opened = EventLog::open({config.log_dir, config.log_max_bytes, config.log_files, name});
-      if (!opened) {
-        std::fprintf(stderr, "kcoral-server: --log-dir: %s\n", opened.error().message.c_str());
-        return nullptr;
-      }
-      return std::move(*opened);
-    };
-    if (!(event_log = open_log("events.jsonl"))) return 2;
-    if (tenants.need_tokens() && !(anonymous_log = open_log("anonymous.jsonl"))) return 2;
+// The event logs of --log-dir: every request's, and with tokens, those that showed none.
+struct EventLogs {
+  std::unique_ptr<EventLog> requests;
+  std::unique_ptr<EventLog> anonymous;
+};
+Step<EventLogs> open_event_logs(const ServerConfig& config, const Tenants& tenants) {
+  EventLogs logs;
+  if (config.log_dir.empty()) return logs;
+  for (auto [log, name] : {std::pair{&logs.requests, "events.jsonl"}, std::pair{&logs.anonymous, "anonymous.jsonl"}}) {
+    if (log == &logs.anonymous && !tenants.need_tokens()) break;
+    auto opened = EventLog::open({config.log_dir, config.log_max_bytes, config.log_files, name});
+    if (!opened) return refuse(2, "--log-dir: " + opened.error().message);
+    *log = std::move(*opened);
+  }
+  return logs;
+}
+
+Step<std::unique_ptr<DiskBlobCache>> open_disk_cache(const ServerConfig& config) {
+  if (config.disk_cache_dir.empty()) return nullptr;
+  auto opened = DiskBlobCache::open(config.disk_cache_dir, config.disk_cache_bytes);
+  if (!opened) return refuse(2, "--disk-cache-dir: " + opened.error().message);
+  return std::move(*opened);
+}
+
+// The I/O threads running `io`, until stop() (or destruction).
+class IoThreads {
+ public:
+  IoThreads(boost::asio::io_context& io, std::size_t count) : io_(io), work_(boost::asio::make_work_guard(io)) {
+    for (std::size_t i = 0; i < count; ++i) threads_.emplace_back([&io] { io.run(); });
+  }
+  IoThreads(const IoThreads&) = delete;
+  IoThreads& operator=(const IoThreads&) = delete;
+  ~IoThreads() { stop(); }
+  // Waits for the threads to return, once something stopped `io`.
+  void join() {
+    for (std::thread& thread : threads_)
+      if (thread.joinable()) thread.join();
+  }
+  void stop() {
+    work_.reset();
+    io_.stop();
+    join();
   }
 
-  boost::asio::io_context io(static_cast<int>(config.io_threads));
-  std::unique_ptr<DiskBlobCache> disk_cache;
-  if (!config.disk_cache_dir.empty()) {
-    auto opened = DiskBlobCache::open(config.disk_cache_dir, config.disk_cache_bytes);
-    if (!opened) {
-      std::fprintf(stderr, "kcoral-server: --disk-cache-dir: %s\n", opened.error().message.c_str());
-      return 2;
-    }
-    disk_cache = std::move(*opened);
-  }
-  BlobStore blobs({config.blob_cache_bytes, config.blob_cache_max_blobs, config.blob_cache_max_files},
-                  disk_cache.get());
-  Metrics metrics(tenants.size());
-  pool_config.tenant_queue_full = [&metrics] { metrics.record(Metrics::Guard::tenant_queue_full); };
-  // Each failed start is said (once the server listens: before, the first failure ends
-  // the start with its message) and logged; so is the state in which none can start.
-  std::atomic<bool> listening{false};
-  pool_config.start_failed = [&listening, &event_log, groups = pool_config.groups, gpu = config.device == "gpu"](
-                                 const WorkerSupply::StartEnd& end, std::size_t failures_in_row) {
-    std::string of_gpu = gpu && end.group < groups.size() ? groups[end.group] : std::string();
-    if (listening)
-      std::fprintf(stderr, "kcoral-server: a worker%s%s failed to start (%zu in a row): %.2000s\n",
-                   of_gpu.empty() ? "" : " of GPU ", of_gpu.c_str(), failures_in_row, end.failure->c_str());
-    record_start_failure(event_log.get(), {of_gpu, static_cast<long>(end.pid), *end.failure, end.timed_out,
-                                           failures_in_row});
-  };
-  pool_config.failing_changed = [&listening](bool failing, const std::string& why) {
-    if (!listening) return;
-    if (failing)
-      std::fprintf(stderr, "kcoral-server: %.2000s; programs are answered with this (engine) until a worker starts\n",
-                   why.c_str());
-    else
-      std::fprintf(stderr, "kcoral-server: a worker started again; programs run\n");
-  };
-  auto [compile_caches, compile_caches_line] = open_compile_caches(config);
-  pool_config.compile_caches = compile_caches.get();
-  WorkerPool pool(io, pool_config);
-  ServerState state{config, blobs, pool, metrics, new_request_id(), now_rfc3339(),
-                    config.device == "gpu" ? pool_config.groups.size() : 0, target_arch, std::move(tenants)};
-  state.descriptor_limit = descriptor_limit;
-  state.event_log = event_log.get();
-  state.anonymous_log = anonymous_log.get();
+ private:
+  boost::asio::io_context& io_;
+  boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work_;
+  std::vector<std::thread> threads_;
+};
 
-  if (auto started = pool.start(); !started) {
-    std::fprintf(stderr, "kcoral-server: %s\n", started.error().message.c_str());
-    return 1;
-  }
-  auto work = boost::asio::make_work_guard(io);
-  std::vector<std::thread> threads;
-  for (std::size_t i = 0; i < config.io_threads; ++i) threads.emplace_back([&io] { io.run(); });
-  auto stop_threads = [&] {
-    work.reset();
-    io.stop();
-    for (std::thread& thread : threads) thread.join();
-  };
+// Listening starts only once the workers can take programs: the worker parent is up and
+// the first worker of every group is alive, or one failed, and with it the start.
+Step<void> wait_for_workers(const WorkerPool& pool, const ServerConfig& config) {
+  if (pool.wait_started(std::chrono::minutes(5))) return {};
+  std::string why = pool.startup_error();
+  if (why.empty() && !pool.parent_ready())
+    why = "the worker parent (" + config.python +
+          ", which imports what --preload names) did not say it was ready within 5 minutes";
+  else if (why.empty())
+    why = "the worker parent is up, but no first worker came up within 5 minutes (it was asked to fork them)";
+  return refuse(1, "the workers did not start: " + why);
+}
 
-  // Listen only once the workers can take programs: the worker parent is up and the first
-  // worker of every group is alive (or one failed, and with it the start).
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(5);
-  while (!pool.ready() && pool.startup_error().empty() && std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  if (!pool.ready()) {
-    std::string why = pool.startup_error();
-    if (why.empty() && !pool.parent_ready())
-      why = "the worker parent (" + config.python +
-            ", which imports what --preload names) did not say it was ready "
-            "within 5 minutes";
-    else if (why.empty())
-      why = "the worker parent is up, but no first worker came up within 5 minutes (it was asked to fork them)";
-    std::fprintf(stderr, "kcoral-server: the workers did not start: %s\n", why.c_str());
-    pool.drain([] {});
-    stop_threads();
-    return 1;
-  }
-
-  auto listener = std::make_shared<Listener>(io, state);
+// The HTTP listener and, with --agent-port, the balancer's agent check (which answers from
+// then on, through the shutdown too, with 0%). Returns the listener's port.
+struct Listening {
+  std::shared_ptr<Listener> listener;
+  std::shared_ptr<Agent> agent;
+  unsigned short port = 0;
+};
+Step<Listening> start_listening(boost::asio::io_context& io, ServerState& state, const ServerConfig& config) {
+  Listening out;
   boost::asio::ip::tcp::endpoint endpoint;
   try {
     endpoint = {boost::asio::ip::make_address(config.host), config.port};
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "kcoral-server: bad --host %s: %s\n", config.host.c_str(), e.what());
-    stop_threads();
-    return 2;
+    return refuse(2, "bad --host " + config.host + ": " + e.what());
   }
-  auto port = listener->open(endpoint);
-  if (!port) {
-    std::fprintf(stderr, "kcoral-server: %s\n", port.error().message.c_str());
-    pool.drain([] {});
-    stop_threads();
-    return 1;
-  }
-  // The balancer's agent check answers from here on, through the shutdown too (with 0%).
-  std::shared_ptr<Agent> agent;
+  out.listener = std::make_shared<Listener>(io, state);
+  auto port = out.listener->open(endpoint);
+  if (!port) return refuse(1, port.error().message);
+  out.port = *port;
   if (config.agent_port) {
-    agent = std::make_shared<Agent>(io, state);
-    auto agent_port = agent->open({endpoint.address(), *config.agent_port});
-    if (!agent_port) {
-      std::fprintf(stderr, "kcoral-server: --agent-port: %s\n", agent_port.error().message.c_str());
-      pool.drain([] {});
-      stop_threads();
-      return 1;
-    }
-    agent->run();
+    out.agent = std::make_shared<Agent>(io, state);
+    auto agent_port = out.agent->open({endpoint.address(), *config.agent_port});
+    if (!agent_port) return refuse(1, "--agent-port: " + agent_port.error().message);
+    out.agent->run();
     std::printf("kcoral-server agent check on tcp://%s:%u\n", config.host.c_str(), static_cast<unsigned>(*agent_port));
   }
-  listener->run();
+  out.listener->run();
+  return out;
+}
+
+// The start lines after listening: the sandbox, the compile caches, worker reuse, and
+// last the line that says where it listens (on stdout, which tools wait for).
+void announce(const ServerConfig& config, const std::string& compile_caches_line, unsigned short port,
+              std::size_t capacity) {
   std::fprintf(stderr, "kcoral-server: %s\n", sandbox_summary(config).c_str());
   std::fprintf(stderr, "kcoral-server: %s\n", compile_caches_line.c_str());
   if (config.programs_per_worker > 1 && config.reuse_check == "state")
@@ -335,63 +328,161 @@ int run_server(ServerConfig config) {
                  "a worker and its sandbox, so one program's files, processes and state can reach the next\n",
                  config.programs_per_worker);
   std::printf("kcoral-server listening on http://%s:%u (%s, %zu workers, sandbox %s)\n", config.host.c_str(),
-              static_cast<unsigned>(*port), config.device.c_str(), pool.load().capacity, config.sandbox.c_str());
+              static_cast<unsigned>(port), config.device.c_str(), capacity, config.sandbox.c_str());
   std::fflush(stdout);
-  listening = true;
+}
 
-  // A signal: refuse new programs, let running ones go on for the grace, then kill them
-  // (answered 503); when none runs, let the last responses be written, and stop. A second
-  // signal kills running programs at once and stops within a second.
-  // All of it on one strand.
-  auto control = boost::asio::make_strand(io);
-  boost::asio::signal_set signals(control, SIGINT, SIGTERM);
-  boost::asio::steady_timer grace(control);
-  boost::asio::steady_timer settle(control);
-  auto settle_deadline = std::chrono::steady_clock::now() + std::chrono::hours(24);
-  std::function<void()> wait_for_responses = [&] {
-    if (state.responses_pending.load() == 0 || std::chrono::steady_clock::now() > settle_deadline)
-      return io.stop();
-    settle.expires_after(std::chrono::milliseconds(10));
-    settle.async_wait([&](boost::system::error_code ec) {
-      if (!ec) wait_for_responses();  // a cancelled wait: another call took over
+// The graceful stop. A signal: refuse new programs, let running ones go on for the grace,
+// then kill them (answered 503); when none runs, let the last responses be written (at
+// most a minute), and stop the I/O. A second signal kills running programs at once and
+// stops within a second. All of it on one strand.
+class Shutdown {
+ public:
+  Shutdown(boost::asio::io_context& io, ServerState& state, WorkerPool& pool, Listener& listener, double grace_seconds)
+      : io_(io), state_(state), pool_(pool), listener_(listener), grace_seconds_(grace_seconds),
+        control_(boost::asio::make_strand(io)), signals_(control_, SIGINT, SIGTERM), grace_(control_),
+        settle_timer_(control_) {}
+
+  // Waits for SIGINT or SIGTERM.
+  void arm() {
+    signals_.async_wait([this](boost::system::error_code ec, int signal) {
+      if (!ec) on_signal(signal);
     });
-  };
-  auto stopped_programs = [](const std::string& why) {
+  }
+
+ private:
+  static Error stopped(const std::string& why) {
     return Error{ErrorKind::busy, "the server is shutting down: the program was stopped " + why};
-  };
-  std::function<void(boost::system::error_code, int)> on_signal = [&](boost::system::error_code ec, int signal) {
-    if (ec) return;
+  }
+
+  void on_signal(int signal) {
     const char* name = signal == SIGINT ? "SIGINT" : "SIGTERM";
-    if (state.stopping.exchange(true)) {
+    if (state_.stopping.exchange(true)) {
       std::fprintf(stderr, "kcoral-server: %s again: stopping now\n", name);
-      grace.cancel();
-      pool.abort_running(stopped_programs("by a second signal"));
-      settle_deadline = std::min(settle_deadline, std::chrono::steady_clock::now() + std::chrono::seconds(1));
-      wait_for_responses();
+      grace_.cancel();
+      pool_.abort_running(stopped("by a second signal"));
+      settle_within(std::chrono::seconds(1));
       return;
     }
     std::fprintf(stderr,
                  "kcoral-server: %s: refusing new programs; running ones may finish within %s (a second signal "
                  "stops at once)\n",
-                 name, seconds_text(config.shutdown_grace_seconds).c_str());
-    listener->stop();
-    signals.async_wait(on_signal);
-    grace.expires_after(seconds_duration(config.shutdown_grace_seconds));
-    grace.async_wait([&](boost::system::error_code ec) {
+                 name, seconds_text(grace_seconds_).c_str());
+    listener_.stop();
+    arm();
+    grace_.expires_after(seconds_duration(grace_seconds_));
+    grace_.async_wait([this](boost::system::error_code ec) {
       if (ec) return;
       std::fprintf(stderr, "kcoral-server: the shutdown grace is over: killing running programs\n");
-      pool.abort_running(stopped_programs("after the shutdown grace of " + seconds_text(config.shutdown_grace_seconds)));
+      pool_.abort_running(stopped("after the shutdown grace of " + seconds_text(grace_seconds_)));
     });
-    pool.drain([&] {
-      boost::asio::post(control, [&] {
-        grace.cancel();
-        settle_deadline = std::min(settle_deadline, std::chrono::steady_clock::now() + std::chrono::seconds(60));
-        wait_for_responses();
+    pool_.drain([this] {
+      boost::asio::post(control_, [this] {
+        grace_.cancel();
+        settle_within(std::chrono::seconds(60));
       });
     });
+  }
+
+  // Stops the I/O once every response is written, or after `limit` at the latest.
+  void settle_within(std::chrono::steady_clock::duration limit) {
+    settle_deadline_ = std::min(settle_deadline_, std::chrono::steady_clock::now() + limit);
+    settle();
+  }
+  void settle() {
+    if (state_.responses_pending.load() == 0 || std::chrono::steady_clock::now() > settle_deadline_) return io_.stop();
+    settle_timer_.expires_after(std::chrono::milliseconds(10));
+    settle_timer_.async_wait([this](boost::system::error_code ec) {
+      if (!ec) settle();  // a cancelled wait: another call took over
+    });
+  }
+
+  boost::asio::io_context& io_;
+  ServerState& state_;
+  WorkerPool& pool_;
+  Listener& listener_;
+  double grace_seconds_;
+  boost::asio::strand<boost::asio::io_context::executor_type> control_;
+  boost::asio::signal_set signals_;
+  boost::asio::steady_timer grace_;
+  boost::asio::steady_timer settle_timer_;
+  std::chrono::steady_clock::time_point settle_deadline_ = std::chrono::steady_clock::time_point::max();
+};
+
+// A failed step of the start, said once; returns its exit code.
+int fail_start(const StartFailure& failure) {
+  std::fprintf(stderr, "kcoral-server: %s\n", failure.message.c_str());
+  return failure.exit_code;
+}
+
+}  // namespace
+
+int run_server(ServerConfig config) {
+  ::signal(SIGPIPE, SIG_IGN);
+  fill_in_defaults(config);
+  auto shape = shape_pool(config);
+  if (!shape) return fail_start(shape.error());
+  WorkerPool::Config& pool_config = shape->pool;
+  auto descriptor_limit = fit_descriptors_and_users(config, pool_config);
+  if (!descriptor_limit) return fail_start(descriptor_limit.error());
+  auto tenants = load_tenants(config);
+  if (!tenants) return fail_start(tenants.error());
+  pool_config.tenants = tenants->size();
+  auto logs = open_event_logs(config, *tenants);
+  if (!logs) return fail_start(logs.error());
+  auto disk_cache = open_disk_cache(config);
+  if (!disk_cache) return fail_start(disk_cache.error());
+
+  boost::asio::io_context io(static_cast<int>(config.io_threads));
+  BlobStore blobs({config.blob_cache_bytes, config.blob_cache_max_blobs, config.blob_cache_max_files},
+                  disk_cache->get());
+  Metrics metrics(tenants->size());
+  pool_config.tenant_queue_full = [&metrics] { metrics.record(Metrics::Guard::tenant_queue_full); };
+  // Each failed start is said (once the server listens: before, the first failure ends
+  // the start with its message) and logged; so is the state in which none can start.
+  std::atomic<bool> listening{false};
+  pool_config.start_failed = [&listening, event_log = logs->requests.get(), groups = pool_config.groups,
+                              gpu = config.device == "gpu"](const WorkerSupply::StartEnd& end,
+                                                            std::size_t failures_in_row) {
+    std::string of_gpu = gpu && end.group < groups.size() ? groups[end.group] : std::string();
+    if (listening)
+      std::fprintf(stderr, "kcoral-server: a worker%s%s failed to start (%zu in a row): %.2000s\n",
+                   of_gpu.empty() ? "" : " of GPU ", of_gpu.c_str(), failures_in_row, end.failure->c_str());
+    record_start_failure(event_log, {of_gpu, static_cast<long>(end.pid), *end.failure, end.timed_out, failures_in_row});
   };
-  signals.async_wait(on_signal);
-  for (std::thread& thread : threads) thread.join();
+  pool_config.failing_changed = [&listening](bool failing, const std::string& why) {
+    if (!listening) return;
+    if (failing)
+      std::fprintf(stderr, "kcoral-server: %.2000s; programs are answered with this (engine) until a worker starts\n",
+                   why.c_str());
+    else
+      std::fprintf(stderr, "kcoral-server: a worker started again; programs run\n");
+  };
+  auto [compile_caches, compile_caches_line] = open_compile_caches(config);
+  pool_config.compile_caches = compile_caches.get();
+  WorkerPool pool(io, pool_config);
+  ServerState state{config, blobs, pool, metrics, new_request_id(), now_rfc3339(),
+                    config.device == "gpu" ? pool_config.groups.size() : 0, shape->target_arch,
+                    std::move(*tenants)};
+  state.descriptor_limit = *descriptor_limit;
+  state.event_log = logs->requests.get();
+  state.anonymous_log = logs->anonymous.get();
+
+  if (auto started = pool.start(); !started) return fail_start({1, started.error().message});
+  IoThreads threads(io, config.io_threads);
+  auto workers_up = wait_for_workers(pool, config);
+  auto serving = workers_up ? start_listening(io, state, config) : Step<Listening>(std::unexpected(workers_up.error()));
+  if (!serving) {
+    pool.drain([] {});
+    threads.stop();
+    return fail_start(serving.error());
+  }
+  announce(config, compile_caches_line, serving->port, pool.load().capacity);
+  listening = true;
+
+  Shutdown shutdown(io, state, pool, *serving->listener, config.shutdown_grace_seconds);
+  shutdown.arm();
+  threads.join();
   std::fprintf(stderr, "kcoral-server: stopped\n");
   return 0;
 }

@@ -29,12 +29,16 @@ WorkerPool::WorkerPool(boost::asio::io_context& io, Config config)
                  {
                    std::lock_guard lock(mutex_);
                    versions_ = std::move(versions);
+                   ready_ = true;
                  }
-                 ready_ = true;
+                 started_.notify_all();
                },
                [this](const std::string& message) {
-                 std::lock_guard lock(mutex_);
-                 startup_error_ = message;  // it never started: the server reports this and exits
+                 {
+                   std::lock_guard lock(mutex_);
+                   startup_error_ = message;  // it never started: the server reports this and exits
+                 }
+                 started_.notify_all();
                },
                [this](const WorkerPtr& worker) {
                  idle_.push_back(worker);
@@ -57,6 +61,12 @@ Status WorkerPool::start() { return supply_.start(); }
 std::string WorkerPool::startup_error() const {
   std::lock_guard lock(mutex_);
   return startup_error_;
+}
+
+bool WorkerPool::wait_started(std::chrono::steady_clock::duration timeout) const {
+  std::unique_lock lock(mutex_);
+  started_.wait_for(lock, timeout, [this] { return ready_.load() || !startup_error_.empty(); });
+  return ready_.load();
 }
 
 void WorkerPool::submit(std::shared_ptr<ExecuteJob> job) {

@@ -23,6 +23,8 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
+#include <chrono>
+#include <condition_variable>
 #include <deque>
 #include <functional>
 #include <map>
@@ -102,6 +104,8 @@ class WorkerPool {
   [[nodiscard]] bool parent_ready() const { return parent_ready_.load(); }
   // Why the workers cannot start, once that is known (empty until then).
   [[nodiscard]] std::string startup_error() const;
+  // Blocks until the pool is ready or its start has failed, at most `timeout`: ready().
+  [[nodiscard]] bool wait_started(std::chrono::steady_clock::duration timeout) const;
 
  private:
   struct Queued {
@@ -138,7 +142,8 @@ class WorkerPool {
   bool failing_ = false;  // as last told to failing_changed
   std::atomic<std::size_t> running_count_{0};
   std::atomic<std::size_t> waiting_count_{0};
-  mutable std::mutex mutex_;  // for the three below
+  mutable std::mutex mutex_;  // for the three below, and ready_'s change
+  mutable std::condition_variable started_;  // ready_ or startup_error_ set
   std::map<std::string, std::string> versions_;
   std::string startup_error_;
   std::vector<TenantLoad> tenant_load_;
