@@ -31,7 +31,7 @@ Result<std::unique_ptr<EventLog>> EventLog::open(Settings settings) {
   std::filesystem::create_directories(settings.directory, ec);
   if (ec) return fail(ErrorKind::engine, "cannot make the log directory " + settings.directory + ": " + ec.message());
   std::unique_ptr<EventLog> log(new EventLog(std::move(settings)));
-  if (auto status = log->open_current(); !status) return std::unexpected(status.error());
+  KCORAL_TRY(log->open_current());
   return log;
 }
 

@@ -234,6 +234,166 @@ Status loopback_up() {
   return {};
 }
 
+// -- Sandbox::enter's steps, in the order it takes them ------------------------------------
+
+// Namespaces but the user's, which comes last (its maps are the zygote's to write), and
+// the cgroup namespace, made once the zygote has moved the worker into its control group.
+Status enter_namespaces() {
+  if (::unshare(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWNET | CLONE_NEWUTS) != 0)
+    return system_error("cannot make the sandbox's namespaces");
+  if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) return system_error("making / private");
+  return {};
+}
+
+// The new root: a small tmpfs holding mountpoints (read-only once built), with the system's
+// paths read-only on it, and of /sys the parts in kSysPaths and, for a GPU worker
+// (`gpu_worker`), the NVIDIA modules' and its own GPU's (`gpu`).
+Status mount_system(const std::string& root, bool gpu_worker, const std::optional<NvidiaGpu>& gpu) {
+  KCORAL_TRY(mount_or_fail("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=16m"));
+  for (const char* path : kSystemPaths) {
+    struct stat info {};
+    if (::lstat(path, &info) != 0) continue;
+    if (S_ISLNK(info.st_mode)) {
+      char target[4096];
+      ssize_t n = ::readlink(path, target, sizeof target - 1);
+      if (n <= 0) continue;
+      target[n] = '\0';
+      if (::symlink(target, (root + path).c_str()) != 0) return system_error(std::string("linking ") + path);
+    } else {
+      KCORAL_TRY(bind_read_only(path, root + path));
+    }
+  }
+  std::vector<std::string> sys_paths(std::begin(kSysPaths), std::end(kSysPaths));
+  if (gpu_worker)
+    for (std::string& path : gpu_sys_paths(gpu)) sys_paths.push_back(std::move(path));
+  for (const std::string& path : sys_paths) KCORAL_TRY(bind_read_only(path, root + path));
+  return {};
+}
+
+// Private scratch space: /tmp (HOME below it), /var/tmp and /dev/shm are the same tmpfs,
+// its size and its inodes bounded, owned by `owner`.
+Status mount_scratch(const std::string& root, std::uint64_t scratch_bytes, uid_t owner) {
+  gid_t group = owner;
+  std::uint64_t inodes = std::max<std::uint64_t>(1024, scratch_bytes / kScratchBytesPerInode);
+  std::string options = "mode=0700,uid=" + std::to_string(owner) + ",gid=" + std::to_string(group) +
+                        ",size=" + std::to_string(scratch_bytes) + ",nr_inodes=" + std::to_string(inodes);
+  KCORAL_TRY(make_directories(root + kScratch));
+  KCORAL_TRY(mount_or_fail("tmpfs", root + kScratch, "tmpfs", MS_NOSUID | MS_NODEV, options.c_str()));
+  for (const std::string& directory :
+       {root + kHome, root + kHome + "/.cache", root + kCompileCacheStandIn, root + kScratch + "/.shm"}) {
+    KCORAL_TRY(make_directories(directory));
+    if (::chown(directory.c_str(), owner, group) != 0) return system_error("chown " + directory);
+  }
+  return {};
+}
+
+// The interpreter's and the operator's paths, read-only (after the scratch space, on which
+// those under /tmp are mounted).
+Status mount_readable(const std::string& root, const std::vector<std::string>& readable) {
+  for (const std::string& path : readable) KCORAL_TRY(bind_read_only(path, root + path));
+  return {};
+}
+
+// /var/tmp, a link to the scratch space, and the compile cache's mountpoint, with the
+// stand-in on it until the front mounts the tenant's cache over it (sandbox_layout.hpp).
+Status mount_var(const std::string& root) {
+  KCORAL_TRY(make_directories(root + "/var"));
+  if (::symlink(kScratch, (root + "/var/tmp").c_str()) != 0) return system_error("linking /var/tmp");
+  KCORAL_TRY(make_directories(root + kCompileCacheMount));
+  return mount_or_fail((root + kCompileCacheStandIn).c_str(), root + kCompileCacheMount, nullptr, MS_BIND);
+}
+
+// /dev: a few harmless nodes, a GPU worker's (`gpu_worker`) NVIDIA nodes and its own GPU's
+// (`gpu`), the standard links, and /dev/shm on the scratch space.
+Status mount_dev(const std::string& root, bool gpu_worker, const std::optional<NvidiaGpu>& gpu) {
+  KCORAL_TRY(make_directories(root + "/dev"));
+  KCORAL_TRY(mount_or_fail("tmpfs", root + "/dev", "tmpfs", MS_NOSUID | MS_NOEXEC, "mode=0755,size=64k"));
+  std::vector<std::string> devices(std::begin(kDevices), std::end(kDevices));
+  if (gpu_worker)
+    for (std::string& node : gpu_devices(gpu)) devices.push_back(std::move(node));
+  for (const std::string& device : devices) {
+    std::string host = "/dev/" + device;
+    if (::access(host.c_str(), F_OK) != 0) continue;
+    KCORAL_TRY(make_mountpoint(root + host, false));
+    KCORAL_TRY(mount_or_fail(host.c_str(), root + host, nullptr, MS_BIND));
+  }
+  for (const auto& [link, target] : std::vector<std::pair<std::string, std::string>>{
+           {"fd", "/proc/self/fd"}, {"stdin", "/proc/self/fd/0"}, {"stdout", "/proc/self/fd/1"},
+           {"stderr", "/proc/self/fd/2"}})
+    if (::symlink(target.c_str(), (root + "/dev/" + link).c_str()) != 0) return system_error("linking /dev/" + link);
+  KCORAL_TRY(make_directories(root + "/dev/shm"));
+  return mount_or_fail((root + kScratch + "/.shm").c_str(), root + "/dev/shm", nullptr, MS_BIND);
+}
+
+// /proc of its own PID namespace: no other process in it.
+Status mount_proc(const std::string& root) {
+  KCORAL_TRY(make_directories(root + "/proc"));
+  return mount_or_fail("proc", root + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC);
+}
+
+// Into the new root, which becomes read-only; the old one goes. Then the network namespace's
+// loopback, and a host name of its own.
+Status pivot_into(const std::string& root) {
+  if (::chdir(root.c_str()) != 0) return system_error("chdir to the new root");
+  if (::mkdir(".old-root", 0700) != 0) return system_error("mkdir .old-root");
+  if (::syscall(SYS_pivot_root, ".", ".old-root") != 0) return system_error("pivot_root");
+  if (::chdir("/") != 0) return system_error("chdir /");
+  if (::umount2("/.old-root", MNT_DETACH) != 0) return system_error("unmounting the old root");
+  if (::rmdir("/.old-root") != 0) return system_error("rmdir /.old-root");
+  if (::mount(nullptr, "/", nullptr, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, nullptr) != 0)
+    return system_error("making the new root read-only");
+  KCORAL_TRY(loopback_up());
+  if (::sethostname("kcoral", 6) != 0) return system_error("sethostname");
+  return {};
+}
+
+// Only the descriptors in `keep` stay open; the standard streams read and write nothing.
+Status keep_only(std::vector<int> keep) {
+  UniqueFd null(::open("/dev/null", O_RDWR | O_CLOEXEC));
+  if (!null) return system_error("opening /dev/null");
+  for (int fd = 0; fd < 3; ++fd)
+    if (::dup2(null.get(), fd) < 0) return system_error("redirecting a standard stream");
+  keep.push_back(null.get());
+  close_descriptors_except(keep, 3);
+  return {};
+}
+
+// The user: no supplementary groups, then a namespace whose one user the zygote maps to an
+// unprivileged one outside (the handshake on `admit`); no capabilities. A root zygote's
+// worker makes that namespace as its own outside user (`outside_user`: effective ids only,
+// capabilities kept), so that the namespace is that user's: the kernel charges the
+// per-user counts of everything inside (inotify instances, processes, user namespaces) to
+// the namespace's owner outside, which would otherwise be root. Then, in its control group
+// (which `admit` also waited for), the cgroup namespace.
+Status become_unprivileged(std::optional<uid_t> outside_user, UniqueFd admit) {
+  if (::setgroups(0, nullptr) != 0) return system_error("dropping supplementary groups");
+  if (outside_user) {
+    if (::setresgid(0, *outside_user, 0) != 0) return system_error("setresgid to the sandbox's user");
+    if (::setresuid(0, *outside_user, 0) != 0) return system_error("setresuid to the sandbox's user");
+    KCORAL_TRY(raise_effective_capabilities());
+  }
+  if (::unshare(CLONE_NEWUSER) != 0) return system_error("cannot make the sandbox's user namespace");
+  char byte = 'u';
+  if (::write(admit.get(), &byte, 1) != 1 || ::read(admit.get(), &byte, 1) != 1 || byte != 'k')
+    return fail(ErrorKind::engine, "the zygote did not map the sandbox's user");
+  admit.reset();
+  if (::unshare(CLONE_NEWCGROUP) != 0) return system_error("cannot make the sandbox's cgroup namespace");
+  if (::setresgid(kInsideGid, kInsideGid, kInsideGid) != 0) return system_error("setresgid");
+  if (::setresuid(kInsideUid, kInsideUid, kInsideUid) != 0) return system_error("setresuid");
+  return drop_capabilities();
+}
+
+// The process limits. CUDA reserves address space far beyond memory, so a GPU worker's
+// memory is bounded by its data segment instead.
+Status apply_limits(const SandboxConfig& config) {
+  KCORAL_TRY(check_memory_limit(config.gpu, config.memory_bytes));
+  KCORAL_TRY(set_limit(config.gpu ? RLIMIT_DATA : RLIMIT_AS, config.memory_bytes, "memory"));
+  KCORAL_TRY(set_limit(RLIMIT_FSIZE, config.file_size_bytes, "file size"));
+  KCORAL_TRY(set_limit(RLIMIT_NPROC, config.processes, "processes"));
+  KCORAL_TRY(set_limit(RLIMIT_NOFILE, config.open_files, "open files"));
+  return set_limit(RLIMIT_CORE, 0, "core dumps");
+}
+
 }  // namespace
 
 Status Sandbox::prepare_zygote() {
@@ -531,152 +691,25 @@ Result<std::string> Sandbox::enter(std::vector<int> keep, const std::string& vis
   if (!config_.enabled) return std::string();
   UniqueFd admit = std::move(admit_child_);
   keep.push_back(admit.get());
-
-  // Namespaces but the user's, which comes last (its maps are the zygote's to write), and
-  // the cgroup namespace, made once the zygote has moved it into its control group.
-  if (::unshare(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWNET | CLONE_NEWUTS) != 0)
-    return system_error("cannot make the sandbox's namespaces");
-  if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) return system_error("making / private");
-
-  // The new root: a small tmpfs holding mountpoints, read-only once built.
-  const std::string root = config_.root_mountpoint;
-  if (auto s = mount_or_fail("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=16m"); !s)
-    return std::unexpected(s.error());
-  for (const char* path : kSystemPaths) {
-    struct stat info {};
-    if (::lstat(path, &info) != 0) continue;
-    if (S_ISLNK(info.st_mode)) {
-      char target[4096];
-      ssize_t n = ::readlink(path, target, sizeof target - 1);
-      if (n <= 0) continue;
-      target[n] = '\0';
-      if (::symlink(target, (root + path).c_str()) != 0) return system_error(std::string("linking ") + path);
-    } else if (auto s = bind_read_only(path, root + path); !s) {
-      return std::unexpected(s.error());
-    }
-  }
-  // Of /sys, the parts in kSysPaths (and a GPU worker's own GPU), on directories of the
-  // new root, which becomes read-only with it.
   std::optional<NvidiaGpu> gpu = config_.gpu ? find_gpu(visible_devices) : std::nullopt;
-  std::vector<std::string> sys_paths(std::begin(kSysPaths), std::end(kSysPaths));
-  if (config_.gpu)
-    for (std::string& path : gpu_sys_paths(gpu)) sys_paths.push_back(std::move(path));
-  for (const std::string& path : sys_paths)
-    if (auto s = bind_read_only(path, root + path); !s) return std::unexpected(s.error());
-  // Private scratch space: /tmp (HOME below it), /var/tmp and /dev/shm are the same tmpfs,
-  // its size and its inodes bounded.
-  uid_t owner = zygote_is_root_ ? forking_.uid.value_or(0) : 0;
-  gid_t group = owner;
-  std::uint64_t inodes = std::max<std::uint64_t>(1024, config_.scratch_bytes / kScratchBytesPerInode);
-  std::string scratch_options = "mode=0700,uid=" + std::to_string(owner) + ",gid=" + std::to_string(group) +
-                                ",size=" + std::to_string(config_.scratch_bytes) + ",nr_inodes=" + std::to_string(inodes);
-  if (auto s = make_directories(root + kScratch); !s) return std::unexpected(s.error());
-  if (auto s = mount_or_fail("tmpfs", root + kScratch, "tmpfs", MS_NOSUID | MS_NODEV, scratch_options.c_str()); !s)
-    return std::unexpected(s.error());
-  for (const std::string& directory :
-       {root + kHome, root + kHome + "/.cache", root + kCompileCacheStandIn, root + kScratch + "/.shm"}) {
-    if (auto s = make_directories(directory); !s) return std::unexpected(s.error());
-    if (::chown(directory.c_str(), owner, group) != 0) return system_error("chown " + directory);
-  }
-  // The interpreter's and the operator's paths, read-only (after the scratch space, on
-  // which those under /tmp are mounted).
-  for (const std::string& path : readable_)
-    if (auto s = bind_read_only(path, root + path); !s) return std::unexpected(s.error());
-  if (auto s = make_directories(root + "/var"); !s) return std::unexpected(s.error());
-  if (::symlink(kScratch, (root + "/var/tmp").c_str()) != 0) return system_error("linking /var/tmp");
-  // The compile cache's mountpoint, with the stand-in on it until the front mounts the
-  // tenant's cache over it (sandbox_layout.hpp).
-  if (auto s = make_directories(root + kCompileCacheMount); !s) return std::unexpected(s.error());
-  if (auto s = mount_or_fail((root + kCompileCacheStandIn).c_str(), root + kCompileCacheMount, nullptr, MS_BIND); !s)
-    return std::unexpected(s.error());
+  const std::string& root = config_.root_mountpoint;
+  // A root zygote's worker owns its scratch as its outside user; otherwise as root inside.
+  std::optional<uid_t> outside_user = zygote_is_root_ ? forking_.uid : std::nullopt;
 
-  // /dev: a few harmless nodes, and the worker's GPU.
-  if (auto s = make_directories(root + "/dev"); !s) return std::unexpected(s.error());
-  if (auto s = mount_or_fail("tmpfs", root + "/dev", "tmpfs", MS_NOSUID | MS_NOEXEC, "mode=0755,size=64k"); !s)
-    return std::unexpected(s.error());
-  std::vector<std::string> devices(std::begin(kDevices), std::end(kDevices));
-  if (config_.gpu) {
-    auto nodes = gpu_devices(gpu);
-    devices.insert(devices.end(), nodes.begin(), nodes.end());
-  }
-  for (const std::string& device : devices) {
-    std::string host = "/dev/" + device;
-    if (::access(host.c_str(), F_OK) != 0) continue;
-    if (auto s = make_mountpoint(root + host, false); !s) return std::unexpected(s.error());
-    if (auto s = mount_or_fail(host.c_str(), root + host, nullptr, MS_BIND); !s) return std::unexpected(s.error());
-  }
-  for (const auto& [link, target] : std::vector<std::pair<std::string, std::string>>{
-           {"fd", "/proc/self/fd"}, {"stdin", "/proc/self/fd/0"}, {"stdout", "/proc/self/fd/1"},
-           {"stderr", "/proc/self/fd/2"}})
-    if (::symlink(target.c_str(), (root + "/dev/" + link).c_str()) != 0) return system_error("linking /dev/" + link);
-  if (auto s = make_directories(root + "/dev/shm"); !s) return std::unexpected(s.error());
-  if (auto s = mount_or_fail((root + kScratch + "/.shm").c_str(), root + "/dev/shm", nullptr, MS_BIND); !s)
-    return std::unexpected(s.error());
-
-  // /proc of its own PID namespace: no other process in it.
-  if (auto s = make_directories(root + "/proc"); !s) return std::unexpected(s.error());
-  if (auto s = mount_or_fail("proc", root + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC); !s)
-    return std::unexpected(s.error());
-
-  // Into the new root; the old one goes.
-  if (::chdir(root.c_str()) != 0) return system_error("chdir to the new root");
-  if (::mkdir(".old-root", 0700) != 0) return system_error("mkdir .old-root");
-  if (::syscall(SYS_pivot_root, ".", ".old-root") != 0) return system_error("pivot_root");
-  if (::chdir("/") != 0) return system_error("chdir /");
-  if (::umount2("/.old-root", MNT_DETACH) != 0) return system_error("unmounting the old root");
-  if (::rmdir("/.old-root") != 0) return system_error("rmdir /.old-root");
-  if (::mount(nullptr, "/", nullptr, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, nullptr) != 0)
-    return system_error("making the new root read-only");
-
-  if (auto s = loopback_up(); !s) return std::unexpected(s.error());
-  if (::sethostname("kcoral", 6) != 0) return system_error("sethostname");
-
-  // Only what the worker needs stays open; the standard streams read and write nothing.
-  UniqueFd null(::open("/dev/null", O_RDWR | O_CLOEXEC));
-  if (!null) return system_error("opening /dev/null");
-  for (int fd = 0; fd < 3; ++fd)
-    if (::dup2(null.get(), fd) < 0) return system_error("redirecting a standard stream");
-  keep.push_back(null.get());
-  close_descriptors_except(keep, 3);
-  null.reset();
-
-  // The user: no supplementary groups, then a namespace whose one user the zygote maps to
-  // an unprivileged one outside; no capabilities. A root zygote's worker makes that
-  // namespace as its own outside user (effective ids only, capabilities kept), so that the
-  // namespace is that user's: the kernel charges the per-user counts of everything inside
-  // (inotify instances, processes, user namespaces) to the namespace's owner outside,
-  // which would otherwise be root.
-  if (::setgroups(0, nullptr) != 0) return system_error("dropping supplementary groups");
-  if (zygote_is_root_ && forking_.uid) {
-    if (::setresgid(0, *forking_.uid, 0) != 0) return system_error("setresgid to the sandbox's user");
-    if (::setresuid(0, *forking_.uid, 0) != 0) return system_error("setresuid to the sandbox's user");
-    if (auto s = raise_effective_capabilities(); !s) return std::unexpected(s.error());
-  }
-  if (::unshare(CLONE_NEWUSER) != 0) return system_error("cannot make the sandbox's user namespace");
-  char byte = 'u';
-  if (::write(admit.get(), &byte, 1) != 1 || ::read(admit.get(), &byte, 1) != 1 || byte != 'k')
-    return fail(ErrorKind::engine, "the zygote did not map the sandbox's user");
-  admit.reset();
-  // In its control group now (admit), and so the root of its cgroup namespace.
-  if (::unshare(CLONE_NEWCGROUP) != 0) return system_error("cannot make the sandbox's cgroup namespace");
-  if (::setresgid(kInsideGid, kInsideGid, kInsideGid) != 0) return system_error("setresgid");
-  if (::setresuid(kInsideUid, kInsideUid, kInsideUid) != 0) return system_error("setresuid");
-  if (auto s = drop_capabilities(); !s) return std::unexpected(s.error());
-
-  // Limits. CUDA reserves address space far beyond memory, so a GPU worker's memory is
-  // bounded by its data segment instead.
-  if (auto s = check_memory_limit(config_.gpu, config_.memory_bytes); !s) return std::unexpected(s.error());
-  if (auto s = set_limit(config_.gpu ? RLIMIT_DATA : RLIMIT_AS, config_.memory_bytes, "memory"); !s)
-    return std::unexpected(s.error());
-  if (auto s = set_limit(RLIMIT_FSIZE, config_.file_size_bytes, "file size"); !s) return std::unexpected(s.error());
-  if (auto s = set_limit(RLIMIT_NPROC, config_.processes, "processes"); !s) return std::unexpected(s.error());
-  if (auto s = set_limit(RLIMIT_NOFILE, config_.open_files, "open files"); !s) return std::unexpected(s.error());
-  if (auto s = set_limit(RLIMIT_CORE, 0, "core dumps"); !s) return std::unexpected(s.error());
-
+  KCORAL_TRY(enter_namespaces());
+  KCORAL_TRY(mount_system(root, config_.gpu, gpu));
+  KCORAL_TRY(mount_scratch(root, config_.scratch_bytes, outside_user.value_or(0)));
+  KCORAL_TRY(mount_readable(root, readable_));
+  KCORAL_TRY(mount_var(root));
+  KCORAL_TRY(mount_dev(root, config_.gpu, gpu));
+  KCORAL_TRY(mount_proc(root));
+  KCORAL_TRY(pivot_into(root));
+  KCORAL_TRY(keep_only(std::move(keep)));
+  KCORAL_TRY(become_unprivileged(outside_user, std::move(admit)));
+  KCORAL_TRY(apply_limits(config_));
   if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return system_error("no_new_privs");
-  if (auto s = filter_->load(); !s) return std::unexpected(s.error());
+  KCORAL_TRY(filter_->load());
   if (::chdir(kScratch) != 0) return system_error("chdir to the scratch space");
-
   return std::string(kScratch);
 }
 

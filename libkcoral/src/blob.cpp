@@ -61,8 +61,8 @@ Status seal(int fd) {
 Result<Blob> Blob::copy_of(std::span<const std::byte> data) {
   auto fd = new_memfd();
   if (!fd) return std::unexpected(fd.error());
-  if (auto status = write_all(fd->get(), data); !status) return std::unexpected(status.error());
-  if (auto status = seal(fd->get()); !status) return std::unexpected(status.error());
+  KCORAL_TRY(write_all(fd->get(), data));
+  KCORAL_TRY(seal(fd->get()));
   return from_fd(std::move(*fd));
 }
 
@@ -144,7 +144,7 @@ Status BlobBuilder::append(std::span<const std::byte> data) {
 Result<std::vector<Blob>> BlobBuilder::finish() {
   std::vector<Blob> parts;
   if (sizes_.empty()) return parts;
-  if (auto status = seal(fd_.get()); !status) return std::unexpected(status.error());
+  KCORAL_TRY(seal(fd_.get()));
   auto whole = Blob::map(std::move(fd_), end_, sizes_.size());
   if (!whole) return std::unexpected(whole.error());
   for (std::size_t i = 0; i < sizes_.size(); ++i) parts.push_back(*whole->slice(offsets_[i], sizes_[i]));

@@ -162,7 +162,7 @@ Result<BlobStore::Resolution> BlobStore::resolve(std::string_view tenant, const 
                                         "but its blob holds " + std::to_string(it->second.size()));
   }
 
-  if (auto confined = confine(resolution.blobs, budget); !confined) return std::unexpected(confined.error());
+  KCORAL_TRY(confine(resolution.blobs, budget));
 
   std::lock_guard lock(mutex_);
   resolution.pin.store_ = this;

@@ -138,8 +138,7 @@ Executor::~Executor() {
 }
 
 Result<std::unique_ptr<Executor>> Executor::create(ExecutorOptions options) {
-  if (auto status = python::ensure_interpreter(options.python_executable); !status)
-    return std::unexpected(status.error());
+  KCORAL_TRY(python::ensure_interpreter(options.python_executable));
   auto impl = std::make_unique<Impl>();
   if (options.work_root.empty()) options.work_root = default_work_root();
   impl->options = std::move(options);

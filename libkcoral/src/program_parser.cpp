@@ -78,8 +78,7 @@ class ProgramValidator {
         !status)
       return std::unexpected(status.error());
     if (auto options = body.at_key("options"); !options.error()) {
-      if (auto status = parse_options(options.value_unsafe()); !status)
-        return std::unexpected(status.error());
+      KCORAL_TRY(parse_options(options.value_unsafe()));
     }
     element instructions = body.at_key("instructions").value_unsafe();
     if (!instructions.is_array() || array_of(instructions).size() == 0)
@@ -100,8 +99,7 @@ class ProgramValidator {
       if (auto* upload = std::get_if<Upload>(&instruction); upload && upload->kind == UploadKind::file)
         paths.push_back(upload->path);
     }
-    if (auto status = check_path_collisions(std::move(paths)); !status)
-      return std::unexpected(status.error());
+    KCORAL_TRY(check_path_collisions(std::move(paths)));
     return std::move(program_);
   }
 
@@ -423,7 +421,7 @@ Result<Program> Program::parse(std::string_view json, const ProgramLimits& limit
       message += simdjson::error_message(error);
     return fail(ErrorKind::parse, message);
   }
-  if (auto status = reject_duplicate_keys(root); !status) return std::unexpected(status.error());
+  KCORAL_TRY(reject_duplicate_keys(root));
   return ProgramValidator(limits).run(root);
 }
 

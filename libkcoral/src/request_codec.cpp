@@ -52,7 +52,7 @@ Result<ExecuteRequest> parse_execute_request(std::string_view content_type, std:
   // All of the request's blobs in one memfd: one descriptor however many there are.
   BlobBuilder file(BlobBuilder::kMappableFrom);
   for (const auto& [digest, part] : blob_parts)
-    if (auto status = file.append(part->data); !status) return std::unexpected(status.error());
+    KCORAL_TRY(file.append(part->data));
   auto blobs = file.finish();
   if (!blobs) return std::unexpected(blobs.error());
   ExecuteRequest request{std::move(*program), std::string(program_part->data), {}};

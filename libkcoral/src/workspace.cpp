@@ -197,7 +197,7 @@ Result<FolderSnapshot> Workspace::read_folder(std::string_view path, std::uint64
   auto directory = open_directory(work.get(), components(path), false, ErrorKind::serialization);
   if (!directory) return std::unexpected(directory.error());
   FolderWalk walk{{}, budget_bytes, {}};
-  if (auto status = walk.visit(directory->get(), ""); !status) return std::unexpected(status.error());
+  KCORAL_TRY(walk.visit(directory->get(), ""));
   std::sort(walk.snapshot.files.begin(), walk.snapshot.files.end());
   std::sort(walk.snapshot.directories.begin(), walk.snapshot.directories.end());
   return std::move(walk.snapshot);

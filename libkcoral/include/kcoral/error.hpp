@@ -64,4 +64,13 @@ using Status = std::expected<void, Error>;
   return std::unexpected(Error{kind, std::move(message)});
 }
 
+// Evaluates `expression` (a Status or a Result) and, when it failed, returns its error from
+// the enclosing function (which returns a Status or a Result):
+//   KCORAL_TRY(make_directories(root + "/dev"));
+#define KCORAL_TRY(expression)                                                    \
+  do {                                                                            \
+    if (auto kcoral_tried = (expression); !kcoral_tried)                          \
+      return std::unexpected(std::move(kcoral_tried).error());                    \
+  } while (false)
+
 }  // namespace kcoral

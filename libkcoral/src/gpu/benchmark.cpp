@@ -102,7 +102,7 @@ Result<BenchmarkReport> run_benchmark(const BenchmarkCall& call, const Benchmark
   std::optional<L2Flusher> flusher;
 
   // The first call may compile, load modules or allocate: it makes the context current.
-  if (auto status = call(); !status) return std::unexpected(status.error());
+  KCORAL_TRY(call());
   KCORAL_CU_TRY(cuda->cuCtxSynchronize());
   if (config.flush_l2) {
     auto made = L2Flusher::make(*cuda);
@@ -122,8 +122,8 @@ Result<BenchmarkReport> run_benchmark(const BenchmarkCall& call, const Benchmark
   // microsecond kernel the flush and the drains cost more than the call.
   auto timed_iteration = [&]() -> Result<double> {
     Clock::time_point started = Clock::now();
-    if (auto status = fence(); !status) return std::unexpected(status.error());
-    if (auto status = call(); !status) return std::unexpected(status.error());
+    KCORAL_TRY(fence());
+    KCORAL_TRY(call());
     KCORAL_CU_TRY(cuda->cuCtxSynchronize());
     return std::chrono::duration<double, std::milli>(Clock::now() - started).count();
   };
@@ -159,7 +159,7 @@ Result<BenchmarkReport> run_benchmark(const BenchmarkCall& call, const Benchmark
   }
   KCORAL_CU_TRY(cuda->cuCtxSynchronize());
 
-  if (auto status = (*recorder)->enable(); !status) return std::unexpected(status.error());
+  KCORAL_TRY((*recorder)->enable());
   std::string uuid = current_device_uuid(*cuda);
   std::vector<unsigned> clocks;
   std::vector<CallTrace> traces;

@@ -15,14 +15,23 @@ namespace {
 
 using namespace std::chrono_literals;
 
+// A child that waits for signals in a process group of its own, its handlers the default
+// ones (not the test runner's, which a fork inherits), returned once they are.
 pid_t sleeper() {
+  int ready[2];
+  REQUIRE(::pipe(ready) == 0);
   pid_t pid = ::fork();
   if (pid == 0) {
-    ::signal(SIGTERM, SIG_DFL);  // not the test runner's handler, which this fork inherits
+    ::signal(SIGTERM, SIG_DFL);
     ::setpgid(0, 0);
+    (void)!::write(ready[1], "r", 1);
     while (true) ::pause();
   }
   ::setpgid(pid, pid);
+  char byte;
+  REQUIRE(::read(ready[0], &byte, 1) == 1);
+  ::close(ready[0]);
+  ::close(ready[1]);
   return pid;
 }
 

@@ -132,9 +132,16 @@ def test_the_server_wheel_serves_its_own_client_and_runs_programs_in_process(
     env = {**os.environ, "PIP_CACHE_DIR": pip_cache()}
     run([str(bin_dir / "python"), "-m", "pip", "install", "-q", str(client_wheel), str(server_wheel)],
         env=env)
+    serves_its_own_client(bin_dir, tmp_path, env, monkeypatch)
+
+
+def serves_its_own_client(bin_dir: Path, tmp_path: Path, env: dict[str, str],
+                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """The environment's own kcoral-server, started with no --python (its launcher names the
+    environment's interpreter), serves a program to the environment's client, whose
+    run_local runs one too; the workers' sys.prefix is the environment's."""
     monkeypatch.setenv("KCORAL_SERVER", str(bin_dir / "kcoral-server"))
     (tmp_path / "server").mkdir()
-    # No --python: the workers embed the environment the server is installed in.
     own = Server(tmp_path / "server", ["--device", "cpu", "--num-workers", "1"])
     try:
         script = tmp_path / "client.py"
@@ -142,7 +149,7 @@ def test_the_server_wheel_serves_its_own_client_and_runs_programs_in_process(
         done = run([str(bin_dir / "python"), str(script), own.url, "server"], env=env)
         assert done.stdout.splitlines() == ["COMPLETED [0.0, 2.0, 4.0, 6.0]",
                                             "run_local [0.0, 2.0, 4.0, 6.0]",
-                                            f"workers' environment {tmp_path / 'venv'}"]
+                                            f"workers' environment {bin_dir.parent}"]
     finally:
         assert own.stop() == 0
 
@@ -244,16 +251,4 @@ def test_the_repaired_server_wheel_serves_programs_under_a_python_without_a_shar
             name, _, found = line.strip().partition(" => ")
             if found and name not in MANYLINUX_BASELINE:
                 assert Path(found.split(" (")[0]).resolve().is_relative_to(site_packages), line
-    monkeypatch.setenv("KCORAL_SERVER", str(bin_dir / "kcoral-server"))
-    (tmp_path / "server").mkdir()
-    # No --python: the launcher in the environment's bin/ names its own interpreter.
-    own = Server(tmp_path / "server", ["--device", "cpu", "--num-workers", "1"])
-    try:
-        script = tmp_path / "client.py"
-        script.write_text(CLIENT_SCRIPT)
-        done = run([str(bin_dir / "python"), str(script), own.url, "server"], env=env)
-        assert done.stdout.splitlines() == ["COMPLETED [0.0, 2.0, 4.0, 6.0]",
-                                            "run_local [0.0, 2.0, 4.0, 6.0]",
-                                            f"workers' environment {tmp_path / 'venv'}"]
-    finally:
-        assert own.stop() == 0
+    serves_its_own_client(bin_dir, tmp_path, env, monkeypatch)
