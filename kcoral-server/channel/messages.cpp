@@ -43,8 +43,7 @@ inline constexpr auto kFields<Blobs> =
                Field{"sizes", &Blobs::sizes}, Field{"file_count", &Blobs::file_count}};
 template <>
 inline constexpr auto kFields<RunProgram> =
-    std::tuple{Field{"request_id", &RunProgram::request_id}, Field{"program", &RunProgram::program},
-               Field{"output_limit_bytes", &RunProgram::output_limit_bytes},
+    std::tuple{Field{"request_id", &RunProgram::request_id}, Field{"output_limit_bytes", &RunProgram::output_limit_bytes},
                Field{"max_binary_bytes", &RunProgram::max_binary_bytes}};
 template <>
 inline constexpr auto kFields<Progress> = std::tuple{Field{"index", &Progress::index}};
@@ -228,6 +227,7 @@ std::string_view name_of(const Message& message) { return kNames[message.index()
 std::size_t descriptor_count(const Message& message) {
   if (const auto* blobs = std::get_if<Blobs>(&message)) return static_cast<std::size_t>(blobs->file_count);
   if (std::holds_alternative<Forked>(message)) return 2;
+  if (std::holds_alternative<RunProgram>(message)) return 1;
   if (const auto* result = std::get_if<RunResult>(&message)) return result->part_sizes.empty() ? 0 : 1;
   return 0;
 }

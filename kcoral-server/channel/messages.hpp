@@ -67,9 +67,10 @@ struct Blobs {
   std::uint64_t file_count = 0;
 };
 // front -> worker: the program to run (its blobs came before).
+// Its one descriptor: a sealed memfd holding the program's JSON as the client sent it,
+// which the worker parses itself (its own check of what it runs).
 struct RunProgram {
   std::string request_id;
-  std::string program;  // the program's JSON, as the client sent it
   std::uint64_t output_limit_bytes = 0;
   std::uint64_t max_binary_bytes = 0;
 };

@@ -57,7 +57,13 @@ Status send_job(const Channel& channel, const ExecuteJob& job) {
     batch.sizes.push_back(blob.size());
   }
   if (auto status = flush(); !status) return status;
-  return messages::send(channel, messages::RunProgram{job.request_id, job.admitted.program_json, job.admitted.output_limit_bytes, job.admitted.max_binary_bytes});
+  // The program's text as it came, in a memfd of its own: no escaping into the message.
+  auto program = Blob::copy_of(job.admitted.program_json);
+  if (!program) return std::unexpected(program.error());
+  int text[] = {program->fd()};
+  return messages::send(channel,
+                        messages::RunProgram{job.request_id, job.admitted.output_limit_bytes, job.admitted.max_binary_bytes},
+                        text);
 }
 
 }  // namespace

@@ -23,6 +23,7 @@ Status prepare_gpu(Executor& executor, Courier& courier) {
 
 struct Job {
   messages::RunProgram run;
+  std::optional<Blob> program;  // its JSON, mapped from the memfd that came with `run`
   BlobMap blobs;
 };
 
@@ -47,6 +48,7 @@ std::optional<Job> next_job(Courier& courier) {
       }
     } else if (auto* run = std::get_if<messages::RunProgram>(&received->message)) {
       job.run = std::move(*run);
+      if (auto text = Blob::from_fd(std::move(received->fds[0]))) job.program = std::move(*text);
       return job;
     } else {
       return std::nullopt;  // nothing else is sent to an idle worker
@@ -55,7 +57,8 @@ std::optional<Job> next_job(Courier& courier) {
 }
 
 ProgramResult run_one(Executor& executor, Courier& courier, const Job& job, const ProgramProcessOptions& options) {
-  auto program = Program::parse(job.run.program);
+  auto program = job.program ? Program::parse(job.program->view())
+                             : Result<Program>(fail(ErrorKind::engine, "its text did not come in a memory file"));
   if (!program) {
     ProgramResult result;
     result.error = InstructionError{ErrorKind::engine,
@@ -91,7 +94,7 @@ Result<Blob> parts_file(const std::vector<Blob>& parts) {
     return parts.front();
   BlobBuilder builder;
   for (const Blob& part : parts)
-    if (auto status = builder.append(part.bytes()); !status) return std::unexpected(status.error());
+    KCORAL_TRY(builder.append(part.bytes()));
   auto packed = builder.finish();
   if (!packed) return std::unexpected(packed.error());
   return packed->front();

@@ -30,7 +30,7 @@ std::vector<messages::Message> one_of_each() {
           messages::Exited{4242, std::nullopt, 9, true},
           messages::ZygoteFailed{"no python"},
           messages::Blobs{{"aa", "bb"}, {0, 0}, {0, 5}, {5, 3}, 1},
-          messages::RunProgram{"rid", R"({"instructions":[]})", 77, 88},
+          messages::RunProgram{"rid", 77, 88},
           messages::LeaseGranted{},
           messages::Ready{},
           messages::Progress{3},
