@@ -7,7 +7,7 @@
 //
 // The zygote gets none of the server's environment but what the worker machinery reads
 // before any program runs (kMachineryVariables: the dynamic loader's library path, the
-// embedded interpreter's own variables), the programs' PATH and LANG, and the
+// interpreter's own variables, CUPTI's path), the programs' PATH and LANG, and the
 // operator's --program-env; each worker then sets its programs' own list
 // (kcoral-server/worker/program_environment.hpp). A token or any other secret in the
 // server's environment so never reaches a worker's memory. The zygote

@@ -34,9 +34,9 @@ struct ZygoteOptions {
   std::string interpreter_bin;               // the directory of the embedded Python
 };
 
-// The directories the embedded interpreter reads from: its prefixes and sys.path.
+// The directories the interpreter reads from: its prefixes and sys.path.
 [[nodiscard]] std::vector<std::string> interpreter_paths();
-// The directory of the embedded interpreter's executable (sys.executable).
+// The directory of the interpreter's executable (sys.executable).
 [[nodiscard]] std::string interpreter_bin();
 
 class Zygote {
