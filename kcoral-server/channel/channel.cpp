@@ -19,10 +19,6 @@ constexpr char kInline = 'I';
 constexpr char kSpilled = 'F';
 constexpr int kSendWaitMs = 30000;
 
-std::unexpected<Error> system_error(const char* what) {
-  return fail(ErrorKind::engine, std::string(what) + ": " + std::strerror(errno));
-}
-
 Result<UniqueFd> spill(std::string_view text) {
   UniqueFd fd(::memfd_create("kcoral-message", MFD_CLOEXEC));
   if (!fd) return system_error("memfd_create");

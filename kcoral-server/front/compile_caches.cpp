@@ -32,10 +32,6 @@ constexpr std::uint64_t kBytesPerInode = 16384;
 constexpr std::size_t kMaxDepth = 64;
 constexpr std::int64_t kKeepNewerThanSeconds = 30;
 
-std::unexpected<Error> system_error(const std::string& what) {
-  return fail(ErrorKind::engine, what + ": " + std::strerror(errno));
-}
-
 std::uint64_t inodes_for(std::uint64_t bytes) { return std::max<std::uint64_t>(1024, bytes / kBytesPerInode); }
 
 // -- reading and removing a tree without following links ---------------------------------

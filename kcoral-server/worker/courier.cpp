@@ -17,10 +17,6 @@
 namespace kcoral {
 namespace {
 
-std::unexpected<Error> system_error(const std::string& what) {
-  return fail(ErrorKind::engine, what + ": " + std::strerror(errno));
-}
-
 // Opens, in the calling thread's table, what descriptor `fd` of thread `tid` refers to.
 Result<UniqueFd> reopen(pid_t tid, int fd) {
   std::string path = "/proc/" + std::to_string(::getpid()) + "/task/" + std::to_string(tid) + "/fd/" +

@@ -20,5 +20,9 @@ inline constexpr const char* kHome = "/tmp/home";
 // that the tools the environment points at it can always write.
 inline constexpr const char* kCompileCacheMount = "/var/cache/kcoral";
 inline constexpr const char* kCompileCacheStandIn = "/tmp/home/.cache/kcoral";
+// The system a program may read, read-only. Top-level symbolic links (merged /usr) are
+// copied as links.
+inline constexpr const char* kSystemPaths[] = {"/usr", "/etc", "/opt", "/bin", "/sbin",
+                                               "/lib", "/lib32", "/lib64", "/libx32"};
 
 }  // namespace kcoral

@@ -26,10 +26,6 @@ namespace {
 
 constexpr int kSeals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE;
 
-std::unexpected<Error> system_error(std::string_view what) {
-  return fail(ErrorKind::engine, std::string(what) + ": " + std::strerror(errno));
-}
-
 Result<UniqueFd> new_memfd() {
   UniqueFd fd(::memfd_create("kcoral-blob", MFD_CLOEXEC | MFD_ALLOW_SEALING));
   // Out of descriptors or memory: a condition of the moment, worth a retry.

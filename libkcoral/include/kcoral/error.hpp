@@ -8,6 +8,8 @@
 // `unauthorized`.
 #pragma once
 
+#include <cerrno>
+#include <cstring>
 #include <expected>
 #include <optional>
 #include <string>
@@ -62,6 +64,11 @@ using Status = std::expected<void, Error>;
 
 [[nodiscard]] inline std::unexpected<Error> fail(ErrorKind kind, std::string message) {
   return std::unexpected(Error{kind, std::move(message)});
+}
+
+// A failed system call: `what`, then errno's text ("mounting /dev: Permission denied").
+[[nodiscard]] inline std::unexpected<Error> system_error(std::string_view what) {
+  return fail(ErrorKind::engine, std::string(what) + ": " + std::strerror(errno));
 }
 
 // Evaluates `expression` (a Status or a Result) and, when it failed, returns its error from
