@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kcoral/executor.hpp"
+#include "kcoral/native_module.hpp"
 #include "kcoral/program_builder.hpp"
 
 namespace {
@@ -47,6 +48,11 @@ int main() {
     return 1;
   }
 
+  // kcoral.builtins, should the program import it, then runs on this process's libkcoral.
+  if (auto registered = kcoral::register_native_module(); !registered) {
+    std::fprintf(stderr, "%s\n", registered.error().message.c_str());
+    return 1;
+  }
   auto executor = kcoral::Executor::create({});
   if (!executor) {
     std::fprintf(stderr, "no executor: %s\n", executor.error().message.c_str());

@@ -1,4 +1,4 @@
-"""kcoral._native: the in-process KCoral executor, as libkcoral/src/python/native_module.cpp defines it.
+"""kcoral._native: the in-process KCoral executor, as bindings/native/native_module.cpp defines it.
 
 The module is built and installed by kcoral-server (``pip install "kcoral[server]"``) into
 this package's folder; the server's workers have it built in. ``kcoral.run_local`` reaches

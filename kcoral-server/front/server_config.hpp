@@ -88,7 +88,7 @@ struct ServerConfig {
   // Each tenant's compile cache (kcoral-server/front/compile_caches.hpp), in memory; 0: none.
   std::uint64_t compile_cache_bytes = 1ull << 30;
   // The outside users of workers (uid and gid alike, one per live worker) when the server
-  // runs as root; see kcoral-server/worker/user_id_pool.hpp.
+  // runs as root; see kcoral-server/shared/user_id_pool.hpp.
   std::uint32_t sandbox_first_uid = 1879048192;
   std::uint32_t sandbox_last_uid = 1879048192 + 65535;
   std::vector<std::string> readable_paths;

@@ -9,7 +9,7 @@
 // before any program runs (kMachineryVariables: the dynamic loader's library path, the
 // interpreter's own variables, CUPTI's path), the programs' PATH and LANG, and the
 // operator's --program-env; each worker then sets its programs' own list
-// (kcoral-server/worker/program_environment.hpp). A token or any other secret in the
+// (kcoral-server/shared/program_environment.hpp). A token or any other secret in the
 // server's environment so never reaches a worker's memory. The zygote
 // runs no user code, but what it says is checked all the same: a message out of turn
 // (a fork nobody asked for, a second ready), or a forked pid that is not the zygote's

@@ -12,8 +12,10 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 
 #include "channel.hpp"
+#include "interpreter.hpp"
 #include "kcoral/executor.hpp"
 #include "messages.hpp"
 #include "process_tree.hpp"
@@ -125,10 +127,10 @@ int run_worker_parent(const std::vector<std::string>& arguments) {
   std::fprintf(stderr, "kcoral-server: preloaded: %s\n", describe_preload(*preloaded).c_str());
   auto versions = (*executor)->versions();
   (*executor)->prepare_for_fork();
-  options->interpreter_bin = kcoral::interpreter_bin();
+  options->interpreter_bin = std::filesystem::path(kcoral::cpython::interpreter_executable()).parent_path().string();
 
   // What workers may read: the interpreter's environment and the libraries' directories.
-  sandboxes.add_readable_paths(kcoral::interpreter_paths());
+  sandboxes.add_readable_paths(kcoral::cpython::interpreter_paths());
   if (const char* library_path = std::getenv("LD_LIBRARY_PATH")) {
     std::vector<std::string> directories;
     std::string all = library_path;

@@ -2,7 +2,6 @@
 #define PY_SSIZE_T_CLEAN
 #include "zygote.hpp"
 
-#include <Python.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/syscall.h>
@@ -21,81 +20,24 @@
 #include <vector>
 
 #include "courier.hpp"
+#include "fork_scope.hpp"
+#include "interpreter.hpp"
 #include "kcoral/remove_tree.hpp"
 #include "messages.hpp"
 #include "process_tree.hpp"
 #include "program_process.hpp"
 
 namespace kcoral {
-namespace {
-
-// os.environ and the C environment become `variables`, and nothing else (os.environ
-// unsets what it knows of; clearenv takes what was set behind its back). Needs the GIL.
-void replace_environment(const EnvironmentVariables& variables) {
-  PyObject* os = PyImport_ImportModule("os");
-  PyObject* environ_map = os != nullptr ? PyObject_GetAttrString(os, "environ") : nullptr;
-  PyObject* cleared = environ_map != nullptr ? PyObject_CallMethod(environ_map, "clear", nullptr) : nullptr;
-  Py_XDECREF(cleared);
-  PyErr_Clear();
-  ::clearenv();
-  for (const auto& [name, value] : variables) {
-    PyObject* text = PyUnicode_DecodeFSDefault(value.c_str());
-    if (environ_map == nullptr || text == nullptr || PyMapping_SetItemString(environ_map, name.c_str(), text) != 0) {
-      PyErr_Clear();
-      ::setenv(name.c_str(), value.c_str(), 1);
-    }
-    Py_XDECREF(text);
-  }
-  Py_XDECREF(environ_map);
-  Py_XDECREF(os);
-}
-
-}  // namespace
-
-std::string interpreter_bin() {
-  PyGILState_STATE gil = PyGILState_Ensure();
-  PyObject* sys = PyImport_ImportModule("sys");
-  PyObject* executable = sys != nullptr ? PyObject_GetAttrString(sys, "executable") : nullptr;
-  const char* text = executable != nullptr ? PyUnicode_AsUTF8(executable) : nullptr;
-  std::string bin = text != nullptr ? std::filesystem::path(text).parent_path().string() : std::string();
-  Py_XDECREF(executable);
-  Py_XDECREF(sys);
-  PyErr_Clear();
-  PyGILState_Release(gil);
-  return bin;
-}
-
-std::vector<std::string> interpreter_paths() {
-  std::vector<std::string> paths;
-  PyGILState_STATE gil = PyGILState_Ensure();
-  PyObject* sys = PyImport_ImportModule("sys");
-  for (const char* name : {"prefix", "base_prefix", "exec_prefix", "base_exec_prefix", "executable"}) {
-    PyObject* value = sys != nullptr ? PyObject_GetAttrString(sys, name) : nullptr;
-    if (const char* text = value != nullptr ? PyUnicode_AsUTF8(value) : nullptr) paths.emplace_back(text);
-    Py_XDECREF(value);
-  }
-  PyObject* path = sys != nullptr ? PyObject_GetAttrString(sys, "path") : nullptr;
-  for (Py_ssize_t i = 0; path != nullptr && PyList_Check(path) && i < PyList_Size(path); ++i)
-    if (const char* text = PyUnicode_AsUTF8(PyList_GetItem(path, i))) paths.emplace_back(text);
-  Py_XDECREF(path);
-  Py_XDECREF(sys);
-  PyErr_Clear();
-  PyGILState_Release(gil);
-  return paths;
-}
 
 Result<pid_t> Zygote::fork_child(const std::function<void()>& child) {
-  PyGILState_STATE gil = PyGILState_Ensure();
-  PyOS_BeforeFork();
+  cpython::ForkScope fork;
   auto pid = sandbox_.fork();
   if (pid && *pid == 0) {
-    PyOS_AfterFork_Child();
-    PyGILState_Release(gil);
+    fork.in_child();
     child();
     ::_exit(1);
   }
-  PyOS_AfterFork_Parent();
-  PyGILState_Release(gil);
+  fork.in_parent();
   if (pid) sandbox_.admit(*pid);
   return pid;
 }
@@ -188,9 +130,7 @@ void Zygote::fork_worker(int signal_fd, const std::string& visible_devices) {
     spec.cuda_connections = options_.flags.cuda_connections;
     spec.operator_variables = options_.program_environment;
     EnvironmentVariables environment = program_environment(spec);
-    PyGILState_STATE gil = PyGILState_Ensure();
-    replace_environment(environment);
-    PyGILState_Release(gil);
+    cpython::replace_environment(environment);
     ::close(signal_fd);
     (void)control_.release_socket();  // closed: only the zygote may hold the front's line
     pair->first.reset();

@@ -1,4 +1,4 @@
-// Zygote: the worker parent. It starts Python once, imports the heavy modules, and then
+// Zygote: the worker parent. Its Python imports the heavy modules once, and then it
 // forks workers on the front's request, ahead of time: a worker inherits a warm
 // interpreter in milliseconds, runs its program, kills whatever the program left running
 // and exits, so no state of one program (working directory, modules, monkeypatches,
@@ -31,13 +31,8 @@ namespace kcoral {
 struct ZygoteOptions {
   WorkerOptions flags;                       // as the front gave them
   EnvironmentVariables program_environment;  // flags.program_environment, parsed
-  std::string interpreter_bin;               // the directory of the embedded Python
+  std::string interpreter_bin;               // the directory of the Python running this process
 };
-
-// The directories the interpreter reads from: its prefixes and sys.path.
-[[nodiscard]] std::vector<std::string> interpreter_paths();
-// The directory of the interpreter's executable (sys.executable).
-[[nodiscard]] std::string interpreter_bin();
 
 class Zygote {
  public:

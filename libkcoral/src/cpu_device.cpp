@@ -9,7 +9,7 @@
 namespace kcoral {
 namespace {
 
-using python::PyRef;
+using cpython::PyRef;
 
 class CpuDevice final : public Device {
  public:
@@ -43,7 +43,7 @@ class CpuDevice final : public Device {
 
 }  // namespace
 
-python::PyRef private_buffer(const Blob& blob) {
+cpython::PyRef private_buffer(const Blob& blob) {
   if (blob.size() == 0) return PyRef::borrow(Py_None);
   if (blob.offset() % static_cast<std::size_t>(::sysconf(_SC_PAGESIZE)) != 0)
     return KCORAL_PY_CHECK(PyByteArray_FromStringAndSize(blob.view().data(), static_cast<Py_ssize_t>(blob.size())));

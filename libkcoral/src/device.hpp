@@ -3,7 +3,7 @@
 // The CPU device makes numpy tensors, has no libraries and nothing to synchronize; the
 // GPU device (CUDA builds) makes CUDA torch tensors, loads TVM FFI libraries, drains the
 // device before the lease changes hands and watches cpu_only calls. Methods that touch
-// Python are called with the GIL held and may throw python::PythonException or
+// Python are called with the GIL held and may throw cpython::PythonException or
 // InstructionFailure. Not thread-safe.
 #pragma once
 
@@ -16,7 +16,7 @@
 #include "kcoral/error.hpp"
 #include "kcoral/program.hpp"
 #include "kcoral/program_result.hpp"
-#include "python/py_ref.hpp"
+#include "py_error.hpp"
 
 namespace kcoral {
 
@@ -40,10 +40,10 @@ class Device {
   virtual ~Device() = default;
   // Makes the device usable in this process (a CUDA context); once, before programs.
   [[nodiscard]] virtual Status prepare() { return {}; }
-  [[nodiscard]] virtual python::PyRef make_tensor(const Blob& blob, const Upload& upload) = 0;
+  [[nodiscard]] virtual cpython::PyRef make_tensor(const Blob& blob, const Upload& upload) = 0;
   // Loads the shared library written at `path`.
-  [[nodiscard]] virtual python::PyRef load_library(const std::string& path) = 0;
-  [[nodiscard]] virtual python::PyRef library_function(PyObject* library, const std::string& name) = 0;
+  [[nodiscard]] virtual cpython::PyRef load_library(const std::string& path) = 0;
+  [[nodiscard]] virtual cpython::PyRef library_function(PyObject* library, const std::string& name) = 0;
   // Waits for outstanding device work; an error here poisons the worker.
   [[nodiscard]] virtual Status synchronize() = 0;
   // Takes (and clears) an error CUDA holds for the next caller, as from a kernel launch
@@ -59,7 +59,7 @@ class Device {
 // A private, writable buffer with a blob's bytes, for a tensor: a copy-on-write mapping
 // of its range where that starts on a page (a whole memfd, or a large part of a request's,
 // which are page-aligned), else a copy (small parts); None when the blob is empty.
-[[nodiscard]] python::PyRef private_buffer(const Blob& blob);
+[[nodiscard]] cpython::PyRef private_buffer(const Blob& blob);
 
 // `support` is the executor's Python helper module (_kcoral_executor).
 [[nodiscard]] std::unique_ptr<Device> make_cpu_device(PyObject* support);

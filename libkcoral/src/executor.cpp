@@ -14,14 +14,14 @@
 #include "kcoral/program_builder.hpp"
 #include "kcoral/unique_fd.hpp"
 #include "program_run.hpp"
-#include "python/interpreter.hpp"
+#include "fork_scope.hpp"
+#include "interpreter.hpp"
 
 namespace kcoral {
-namespace python {
-extern const char kExecutorSupportSource[];
-}
 
-using python::PyRef;
+extern const char kExecutorSupportSource[];  // executor_support.py (executor_support_source.cpp.in)
+
+using cpython::PyRef;
 
 struct Executor::Impl {
   ExecutorOptions options;
@@ -32,13 +32,17 @@ struct Executor::Impl {
 
 namespace {
 
+// The file name the executor's helper module is compiled under; its frames are hidden from
+// the tracebacks users read.
+constexpr const char* kExecutorSupportFilename = "<kcoral executor>";
+
 // Imports the embedded helper as `_kcoral_executor`, once per interpreter.
 PyRef import_support() {
   PyObject* modules = PyImport_GetModuleDict();
   if (PyObject* existing = PyDict_GetItemString(modules, "_kcoral_executor"))
     return PyRef::borrow(existing);
   PyRef code = KCORAL_PY_CHECK(
-      Py_CompileString(python::kExecutorSupportSource, python::kExecutorSupportFilename, Py_file_input));
+      Py_CompileString(kExecutorSupportSource, kExecutorSupportFilename, Py_file_input));
   return KCORAL_PY_CHECK(PyImport_ExecCodeModule("_kcoral_executor", code.get()));
 }
 
@@ -51,7 +55,7 @@ std::pair<PreloadedModule::Outcome, std::string> import_module(PyObject* support
   PyRef answer = KCORAL_PY_CHECK(PyObject_CallMethod(support, "preload", "sO", name.c_str(), gpu ? Py_True : Py_False));
   const char* outcome = nullptr;
   const char* detail = nullptr;
-  if (!PyArg_ParseTuple(answer.get(), "ss", &outcome, &detail)) python::throw_python_error("preload", __FILE__, __LINE__);
+  if (!PyArg_ParseTuple(answer.get(), "ss", &outcome, &detail)) cpython::throw_python_error("preload", __FILE__, __LINE__);
   using Outcome = PreloadedModule::Outcome;
   std::string_view said(outcome);
   Outcome as = said == "imported"        ? Outcome::imported
@@ -69,16 +73,16 @@ Result<PreloadedModule> trial_import(PyObject* support, const std::string& name,
   if (::pipe2(ends, O_CLOEXEC) != 0) return fail(ErrorKind::engine, std::string("pipe: ") + std::strerror(errno));
   UniqueFd read_end(ends[0]), write_end(ends[1]);
   auto started = std::chrono::steady_clock::now();
-  PyOS_BeforeFork();
+  cpython::ForkScope fork;
   pid_t pid = ::fork();
   if (pid == 0) {
-    PyOS_AfterFork_Child();
+    fork.in_child();
     std::string verdict;
     try {
       auto [outcome, detail] = import_module(support, name, gpu);
       std::optional<std::string> hazard = outcome == Outcome::imported ? cuda_hazard() : std::nullopt;
       verdict = std::to_string(static_cast<int>(hazard ? Outcome::unsafe : outcome)) + (hazard ? *hazard : detail);
-    } catch (const python::PythonException& e) {
+    } catch (const cpython::PythonException& e) {
       verdict = std::to_string(static_cast<int>(Outcome::failed)) + e.what();
     }
     for (std::size_t at = 0; at < verdict.size();) {
@@ -88,7 +92,7 @@ Result<PreloadedModule> trial_import(PyObject* support, const std::string& name,
     }
     ::_exit(0);
   }
-  PyOS_AfterFork_Parent();
+  fork.in_parent();
   if (pid < 0) return fail(ErrorKind::engine, std::string("fork: ") + std::strerror(errno));
   write_end.reset();
   std::string verdict;
@@ -132,17 +136,18 @@ Executor::~Executor() {
     (void)impl_->device.release();
     return;
   }
-  python::Gil gil;
+  cpython::Gil gil;
   impl_->device.reset();
   impl_->support = PyRef();
 }
 
 Result<std::unique_ptr<Executor>> Executor::create(ExecutorOptions options) {
-  KCORAL_TRY(python::ensure_interpreter(options.python_executable));
+  KCORAL_TRY(cpython::start_interpreter(options.python_executable));
   auto impl = std::make_unique<Impl>();
   if (options.work_root.empty()) options.work_root = default_work_root();
   impl->options = std::move(options);
-  python::Gil gil;
+  cpython::Gil gil;
+  cpython::set_error_presentation({kUploadedModulePrefix, kExecutorSupportFilename});
   try {
     impl->support = import_support();
     if (impl->options.gpu) {
@@ -157,7 +162,7 @@ Result<std::unique_ptr<Executor>> Executor::create(ExecutorOptions options) {
       PyRef module = PyRef::steal(PyImport_ImportModule(name.c_str()));
       if (!module) PyErr_Clear();
     }
-  } catch (const python::PythonException& e) {
+  } catch (const cpython::PythonException& e) {
     return fail(ErrorKind::engine, std::string("cannot prepare the executor: ") + e.what());
   }
   return std::unique_ptr<Executor>(new Executor(std::move(impl)));
@@ -165,7 +170,7 @@ Result<std::unique_ptr<Executor>> Executor::create(ExecutorOptions options) {
 
 ProgramResult Executor::run(const Program& program, const BlobMap& blobs, GpuLease& lease,
                             const RunOptions& options) {
-  python::Gil gil;
+  cpython::Gil gil;
   ExecutionContext context{impl_->support.get(), *impl_->device,
                            options.work_root.empty() ? impl_->options.work_root : options.work_root,
                            impl_->modules_loaded};
@@ -173,12 +178,12 @@ ProgramResult Executor::run(const Program& program, const BlobMap& blobs, GpuLea
 }
 
 Status Executor::prepare_device() {
-  python::Gil gil;
+  cpython::Gil gil;
   return impl_->device->prepare();
 }
 
 void Executor::prepare_for_fork() {
-  python::Gil gil;
+  cpython::Gil gil;
   PyRef gc = PyRef::steal(PyImport_ImportModule("gc"));
   PyRef collected = gc ? PyRef::steal(PyObject_CallMethod(gc.get(), "collect", nullptr)) : PyRef();
   PyRef frozen = gc ? PyRef::steal(PyObject_CallMethod(gc.get(), "freeze", nullptr)) : PyRef();
@@ -187,7 +192,7 @@ void Executor::prepare_for_fork() {
 
 Result<std::vector<PreloadedModule>> Executor::preload(const std::vector<std::string>& modules) {
   using Outcome = PreloadedModule::Outcome;
-  python::Gil gil;
+  cpython::Gil gil;
   std::vector<PreloadedModule> report;
   try {
     for (const std::string& name : modules) {
@@ -208,7 +213,7 @@ Result<std::vector<PreloadedModule>> Executor::preload(const std::vector<std::st
       }
       report.push_back(std::move(*module));
     }
-  } catch (const python::PythonException& e) {
+  } catch (const cpython::PythonException& e) {
     return fail(ErrorKind::engine, std::string("cannot preload modules: ") + e.what());
   }
   return report;
@@ -229,7 +234,7 @@ void Executor::warm_up(const std::string& work_root) {
 }
 
 InterpreterState Executor::interpreter_state() {
-  python::Gil gil;
+  cpython::Gil gil;
   InterpreterState state;
   PyRef found = PyRef::steal(PyObject_CallMethod(impl_->support.get(), "reuse_state", nullptr));
   PyObject* names = nullptr;
@@ -254,7 +259,7 @@ InterpreterState Executor::interpreter_state() {
 }
 
 std::map<std::string, std::string> Executor::versions() {
-  python::Gil gil;
+  cpython::Gil gil;
   std::map<std::string, std::string> out;
   PyRef found = PyRef::steal(PyObject_CallMethod(impl_->support.get(), "versions", nullptr));
   if (!found) {

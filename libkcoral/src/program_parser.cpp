@@ -12,7 +12,6 @@
 
 #include "kcoral/program.hpp"
 #include "kcoral/sha256.hpp"
-#include "workspace_path.hpp"
 
 namespace kcoral {
 namespace {

@@ -12,8 +12,8 @@
 namespace kcoral {
 namespace {
 
-using python::PyRef;
-using python::PythonException;
+using cpython::PyRef;
+using cpython::PythonException;
 using Json = nlohmann::ordered_json;
 
 constexpr std::size_t kTracebackBytes = 8192;
@@ -272,7 +272,7 @@ std::string ProgramRun::own_file_path(const std::string& id, const char* extensi
 PyRef ProgramRun::load_module(const Upload& upload) {
   auto [path, code] = std::move(prepared_.extract(upload.id).mapped());
   std::string name =
-      python::kUploadedModulePrefix + std::to_string(++context_.modules_loaded) + "_" + sanitized(upload.id);
+      kUploadedModulePrefix + std::to_string(++context_.modules_loaded) + "_" + sanitized(upload.id);
   registered_modules_.push_back(name);
   try {
     return KCORAL_PY_CHECK(PyObject_CallMethod(context_.support, "load_module", "s#s#O", name.data(),
@@ -340,7 +340,7 @@ void ProgramRun::execute(const Run& run) {
     }
   }
   if (result == nullptr) {
-    python::PythonError error = python::fetch_python_error();
+    cpython::PythonError error = cpython::fetch_python_error();
     // An assert in the uploaded code (or torch.testing.assert_close) is a failed check.
     ErrorKind kind = error.is_assertion ? ErrorKind::correctness : ErrorKind::runtime;
     if (auto declared = error_kind_from_wire(error.declared_kind); declared && is_program_kind(*declared))

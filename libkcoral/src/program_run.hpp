@@ -16,10 +16,13 @@
 
 #include "device.hpp"
 #include "kcoral/executor.hpp"
-#include "python/py_ref.hpp"
+#include "py_error.hpp"
 #include "workspace.hpp"
 
 namespace kcoral {
+
+// sys.modules names of uploaded modules start with this.
+inline constexpr const char* kUploadedModulePrefix = "kcoral_upload_";
 
 // What a ProgramRun borrows from its Executor.
 struct ExecutionContext {
@@ -57,7 +60,7 @@ class ProgramRun {
   void execute(const ReturnValue& ret);
   void execute(const ReturnPath& ret);
 
-  python::PyRef load_module(const Upload& upload);
+  cpython::PyRef load_module(const Upload& upload);
   // A new file for an upload's own bytes (module source, library) outside the workspace.
   std::string own_file_path(const std::string& id, const char* extension) const;
   const Blob& blob(const std::string& digest) const;
@@ -73,12 +76,12 @@ class ProgramRun {
   const RunOptions& options_;
 
   std::optional<Workspace> workspace_;
-  std::unordered_map<std::string, python::PyRef> values_;
+  std::unordered_map<std::string, cpython::PyRef> values_;
   std::unordered_map<std::string, std::string> module_sources_;  // cuda uploads: id -> text
   // Uploads prepared off the lease (see prepare): their file and, for Python, its code.
   struct Prepared {
     std::string path;
-    python::PyRef code;
+    cpython::PyRef code;
   };
   std::unordered_map<std::string, Prepared> prepared_;
   std::unordered_set<std::string> cpu_only_functions_;

@@ -1,6 +1,6 @@
 // Workspace-relative paths: the protocol's canonical form and the collision rule between
 // file uploads.
-#include "workspace_path.hpp"
+#include "kcoral/program.hpp"
 
 #include <algorithm>
 

@@ -367,4 +367,9 @@ TEST_CASE("creating a second executor in a running interpreter works") {
   CHECK(result.parts.size() == 1);
 }
 
+TEST_CASE("programs import the kcoral._native this program built in, not an extension module's copy") {
+  auto out = out_of(call("import kcoral._native as native\n\ndef main():\n    return hasattr(native, '__file__')\n"));
+  CHECK(out == Json{{"type", "boolean"}, {"value", false}});
+}
+
 }  // TEST_SUITE

@@ -5,7 +5,7 @@
 #include <doctest/doctest.h>
 
 #include "libkcoral/test_support.hpp"
-#include "workspace_path.hpp"
+#include "kcoral/program.hpp"
 
 using kcoral::normalize_workspace_path;
 

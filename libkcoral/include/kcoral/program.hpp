@@ -148,4 +148,7 @@ class Program {
 // Normalizes a workspace-relative path by the protocol's rules, or says why it cannot.
 [[nodiscard]] Result<std::string> normalize_workspace_path(std::string_view path);
 
+// Fails when two canonical upload paths are equal or one is a directory of the other.
+[[nodiscard]] Status check_path_collisions(std::vector<std::string_view> paths);
+
 }  // namespace kcoral

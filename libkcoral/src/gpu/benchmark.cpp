@@ -1,5 +1,5 @@
 // run_benchmark: estimate, warm up, then time each call by its CUPTI activity span.
-#include "benchmark.hpp"
+#include "kcoral/benchmark.hpp"
 
 #include <algorithm>
 #include <chrono>

@@ -5,7 +5,7 @@
 #include <string_view>
 
 #include "cuda_api.hpp"
-#include "python/py_ref.hpp"
+#include "frames.hpp"
 
 namespace kcoral::gpu {
 namespace {
@@ -37,38 +37,15 @@ bool allowed(const char* name) {
 // Inside an allowed runtime call, the driver calls it makes are its business.
 thread_local int allowed_depth = 0;
 
-std::string utf8(PyObject* text) {
-  const char* bytes = text != nullptr && PyUnicode_Check(text) ? PyUnicode_AsUTF8(text) : nullptr;
-  if (bytes == nullptr) PyErr_Clear();
-  return bytes != nullptr ? bytes : "";
-}
-
 // The innermost frame of uploaded code as "file:line", and the whole stack as text.
 std::pair<std::string, std::string> python_location(const std::string& uploaded_code_dir) {
-  if (!Py_IsInitialized()) return {"native code (no Python frame)", ""};
-  // Frameworks release the GIL around their CUDA calls (torch's lazy init does); this
-  // thread's Python frames are still there, read under the GIL.
-  PyGILState_STATE gil = PyGILState_Ensure();
   std::string location;
   std::string stack;
-  PyThreadState* thread = PyGILState_GetThisThreadState();
-  PyFrameObject* innermost = thread != nullptr ? PyThreadState_GetFrame(thread) : nullptr;  // new ref
-  for (PyFrameObject* frame = innermost; frame != nullptr;) {
-    python::PyRef code = python::PyRef::steal(reinterpret_cast<PyObject*>(PyFrame_GetCode(frame)));
-    python::PyRef file = python::PyRef::steal(PyObject_GetAttrString(code.get(), "co_filename"));
-    python::PyRef name = python::PyRef::steal(PyObject_GetAttrString(code.get(), "co_name"));
-    std::string path = utf8(file.get());
-    int line = PyFrame_GetLineNumber(frame);
-    stack = "  File \"" + path + "\", line " + std::to_string(line) + ", in " + utf8(name.get()) + "\n" + stack;
-    if (location.empty() && path.starts_with(uploaded_code_dir))
-      location = path.substr(path.rfind('/') + 1) + ":" + std::to_string(line);
-    PyFrameObject* back = PyFrame_GetBack(frame);  // new reference
-    Py_XDECREF(back);  // the chain stays alive through the innermost frame
-    frame = back;
+  for (const cpython::Frame& frame : cpython::current_frames()) {
+    stack += "  File \"" + frame.file + "\", line " + std::to_string(frame.line) + ", in " + frame.function + "\n";
+    if (frame.file.starts_with(uploaded_code_dir))
+      location = frame.file.substr(frame.file.rfind('/') + 1) + ":" + std::to_string(frame.line);
   }
-  Py_XDECREF(innermost);
-  PyErr_Clear();
-  PyGILState_Release(gil);
   if (stack.empty()) return {"native code (no Python frame)", ""};
   return {location.empty() ? "outside the uploaded code" : location, stack};
 }

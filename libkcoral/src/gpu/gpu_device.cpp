@@ -3,14 +3,14 @@
 #include <dlfcn.h>
 
 #include "device.hpp"
-#include "gpu/benchmark.hpp"
+#include "kcoral/benchmark.hpp"
 #include "gpu/cuda_api.hpp"
 #include "gpu/gpu_access_guard.hpp"
 
 namespace kcoral {
 namespace {
 
-using python::PyRef;
+using cpython::PyRef;
 
 class GuardWatch final : public CpuOnlyWatch {
  public:
@@ -73,7 +73,7 @@ class GpuDevice final : public Device {
     KCORAL_CU_TRY(cuda_.cuCtxSetCurrent(context));
     try {
       KCORAL_PY_CHECK(PyObject_CallMethod(support_.get(), "prepare_cuda", nullptr));
-    } catch (const python::PythonException& e) {
+    } catch (const cpython::PythonException& e) {
       return fail(ErrorKind::engine, std::string("cannot prepare CUDA in Python: ") + e.what());
     }
     gpu::prepare_benchmark();

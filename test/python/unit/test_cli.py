@@ -373,7 +373,7 @@ def test_the_servers_error_traceback_and_log_are_printed_escaped(project, capsys
 
 # -- benchmark() under a tool -----------------------------------------------------------------
 
-# The keys of the native report (libkcoral/src/python/native_module.cpp) and "timed".
+# The keys of the native report (bindings/native/native_module.cpp) and "timed".
 REPORT_KEYS = {
     "latency_ms_median", "latency_ms_mean", "latency_ms_min", "latency_ms_max",
     "latency_ms_p10", "latency_ms_p90", "warmup", "repeat", "flush_l2", "activities_stable",

@@ -1,8 +1,13 @@
 // Taking Python errors out of the interpreter, with their formatted traceback.
-#include "py_ref.hpp"
+#include "py_error.hpp"
 
-namespace kcoral::python {
+namespace kcoral::cpython {
 namespace {
+
+ErrorPresentation& presentation() {
+  static ErrorPresentation shown;
+  return shown;
+}
 
 std::string to_utf8(PyObject* text) {
   if (text == nullptr || !PyUnicode_Check(text)) return {};
@@ -31,22 +36,25 @@ std::string type_name(PyObject* type) {
   std::string name = t->tp_name;
   std::size_t dot = name.rfind('.');
   if (dot != std::string::npos) name = name.substr(dot + 1);
-  // Classes of uploaded modules go by their own name: the module's is ours, not the user's.
-  if (module_name.empty() || module_name == "builtins" || module_name.starts_with(kUploadedModulePrefix))
+  // Classes of the embedder's local modules go by their own name: the module's is its, not the user's.
+  const std::string& local = presentation().local_module_prefix;
+  if (module_name.empty() || module_name == "builtins" || (!local.empty() && module_name.starts_with(local)))
     return name;
   return module_name + "." + name;
 }
 
-// Drops the leading traceback entries of the executor's own helper module, so a
-// traceback starts in the uploaded code.
-void skip_executor_frames(PyObject* exception) {
+// Drops the leading traceback entries of the embedder's hidden file, so a traceback starts
+// in the user's code.
+void skip_hidden_frames(PyObject* exception) {
+  const std::string& hidden = presentation().hidden_frames_file;
+  if (hidden.empty()) return;
   PyRef traceback = PyRef::steal(PyException_GetTraceback(exception));
   PyRef first = traceback.copy();
   while (first) {
     PyRef frame = PyRef::steal(PyObject_GetAttrString(first.get(), "tb_frame"));
     PyRef code = frame ? PyRef::steal(PyObject_GetAttrString(frame.get(), "f_code")) : PyRef();
     PyRef file = code ? PyRef::steal(PyObject_GetAttrString(code.get(), "co_filename")) : PyRef();
-    if (!file || to_utf8(file.get()) != kExecutorSupportFilename) break;
+    if (!file || to_utf8(file.get()) != hidden) break;
     first = PyRef::steal(PyObject_GetAttrString(first.get(), "tb_next"));
     if (first.get() == Py_None) first = PyRef();
   }
@@ -55,7 +63,7 @@ void skip_executor_frames(PyObject* exception) {
 }
 
 std::string format_traceback(PyObject* exception) {
-  skip_executor_frames(exception);
+  skip_hidden_frames(exception);
   PyRef module = PyRef::steal(PyImport_ImportModule("traceback"));
   PyRef lines = module ? PyRef::steal(PyObject_CallMethod(module.get(), "format_exception", "O",
                                                           exception))
@@ -70,6 +78,8 @@ std::string format_traceback(PyObject* exception) {
 }
 
 }  // namespace
+
+void set_error_presentation(ErrorPresentation shown) { presentation() = std::move(shown); }
 
 std::string PythonError::summary() const {
   return message.empty() ? type_name : type_name + ": " + message;
@@ -114,4 +124,4 @@ void throw_python_error(const char* call, const char* file, int line) {
   throw PythonException(fetch_python_error(), call, file, line);
 }
 
-}  // namespace kcoral::python
+}  // namespace kcoral::cpython

@@ -7,6 +7,9 @@
 // CUPTI's clock are the call's. No API tracing runs in the timed loop, and CUPTI's
 // buffers are read only after it. The optional L2 flush (zeroing twice the L2) happens
 // before each call, outside its span.
+//
+// Defined in builds with CUDA (KCORAL_HAVE_CUDA) only; CUDA and CUPTI are opened at run
+// time, so such a build runs where no driver is installed and fails these calls there.
 #pragma once
 
 #include <cstdint>
