@@ -212,25 +212,25 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"namespaces", "none"}))
       ->capture_default_str();
   sandbox
-      ->add_option("--memory-limit-bytes", config.memory_limit_bytes,
+      ->add_option("--memory-limit-bytes", config.sandbox_policy.memory_bytes,
                    "Memory of each program: all its processes together, with the tmpfs and memfd pages they write, "
                    "no swap, where control groups can be made (past it the whole program is killed and fails "
                    "`runtime`, naming this limit); and of each of its processes alone: its address space on a CPU "
                    "server, its data segment on a GPU server (CUDA reserves address space far beyond memory)")
       ->capture_default_str();
-  sandbox->add_option("--file-size-limit-bytes", config.file_size_limit_bytes, "Largest file a program may write")
+  sandbox->add_option("--file-size-limit-bytes", config.sandbox_policy.file_size_bytes, "Largest file a program may write")
       ->capture_default_str();
   sandbox
-      ->add_option("--process-limit", config.process_limit,
+      ->add_option("--process-limit", config.sandbox_policy.processes,
                    "Processes and threads of one program (its control group, and RLIMIT_NPROC of its own user)")
       ->capture_default_str();
   sandbox
-      ->add_option("--open-files-limit", config.open_files_limit,
+      ->add_option("--open-files-limit", config.sandbox_policy.open_files,
                    "Open files of each program process; with --process-limit, the most host descriptors one program "
                    "can hold (1024 x 256 = 262,144 by default)")
       ->capture_default_str();
   sandbox
-      ->add_option("--scratch-bytes", config.scratch_bytes,
+      ->add_option("--scratch-bytes", config.sandbox_policy.scratch_bytes,
                    "Private writable space of one program (memory-backed): its working directory, /tmp, "
                    "/var/tmp, /dev/shm and HOME together, with an inode per 16 KiB of it; gone when the program ends")
       ->capture_default_str();
@@ -241,7 +241,7 @@ int main(int argc, char** argv) {
                    "find; never another tenant's. Least recently used entries go once it is three quarters full")
       ->capture_default_str();
   // Never root: what only root may read stays unreadable to programs.
-  std::string uid_range = std::to_string(config.sandbox_first_uid) + "-" + std::to_string(config.sandbox_last_uid);
+  std::string uid_range = std::to_string(config.sandbox_policy.first_uid) + "-" + std::to_string(config.sandbox_policy.last_uid);
   sandbox
       ->add_option("--sandbox-uid-range", uid_range,
                    "Outside user ids of the workers, FIRST-LAST (uid and gid alike; not 0), when the server runs as "
@@ -254,7 +254,7 @@ int main(int argc, char** argv) {
         return range ? std::string() : range.error().message;
       })
       ->capture_default_str();
-  sandbox->add_option("--readable-path", config.readable_paths,
+  sandbox->add_option("--readable-path", config.sandbox_policy.readable_paths,
                       "A path programs may read besides the system (/usr, /etc, /opt, parts of /sys) and the Python "
                       "environment (repeatable)");
   sandbox
@@ -284,6 +284,6 @@ int main(int argc, char** argv) {
   }
   if (config.max_timeout_seconds < config.default_timeout_seconds)
     config.default_timeout_seconds = config.max_timeout_seconds;
-  std::tie(config.sandbox_first_uid, config.sandbox_last_uid) = *kcoral::parse_id_range(uid_range);
+  std::tie(config.sandbox_policy.first_uid, config.sandbox_policy.last_uid) = *kcoral::parse_id_range(uid_range);
   return kcoral::run_server(std::move(config));
 }

@@ -61,15 +61,8 @@ WorkerOptions worker_options(const ServerConfig& config) {
   out.reuse_check = config.reuse_check == "state";
   out.cuda_connections = config.cuda_connections;
   out.sandboxed = config.sandbox == "namespaces";
-  out.memory_limit_bytes = config.memory_limit_bytes;
-  out.file_size_limit_bytes = config.file_size_limit_bytes;
-  out.process_limit = config.process_limit;
-  out.open_files_limit = config.open_files_limit;
-  out.scratch_bytes = config.scratch_bytes;
+  out.sandbox_policy = config.sandbox_policy;
   out.compile_cache_bytes = config.compile_cache_bytes;
-  out.first_uid = config.sandbox_first_uid;
-  out.last_uid = config.sandbox_last_uid;
-  out.readable_paths = config.readable_paths;
   out.program_environment = config.program_environment;
   return out;
 }
@@ -82,9 +75,9 @@ std::string sandbox_summary(const ServerConfig& config) {
   std::ostringstream out;
   out << "sandbox: namespaces (user, PID, mount, IPC, network, cgroup); programs run as an unprivileged user with "
          "a read-only system, "
-      << (config.scratch_bytes >> 20) << " MiB private scratch, seccomp, memory "
-      << (config.memory_limit_bytes >> 20) << " MiB, files " << (config.file_size_limit_bytes >> 20)
-      << " MiB, " << config.process_limit << " processes, " << config.open_files_limit
+      << (config.sandbox_policy.scratch_bytes >> 20) << " MiB private scratch, seccomp, memory "
+      << (config.sandbox_policy.memory_bytes >> 20) << " MiB, files " << (config.sandbox_policy.file_size_bytes >> 20)
+      << " MiB, " << config.sandbox_policy.processes << " processes, " << config.sandbox_policy.open_files
       << " open files per process, and the programs' own environment";
   return out.str();
 }
@@ -178,7 +171,7 @@ Step<std::uint64_t> fit_descriptors_and_users(ServerConfig& config, const Worker
   if (!plan.adjusted.empty()) std::fprintf(stderr, "kcoral-server: %s\n", plan.adjusted.c_str());
   // Every live worker holds a user id of the range until its namespace is gone: the
   // prepared ones, the running ones, and those on their way out.
-  std::uint64_t uids = std::uint64_t{config.sandbox_last_uid} - config.sandbox_first_uid + 1;
+  std::uint64_t uids = std::uint64_t{config.sandbox_policy.last_uid} - config.sandbox_policy.first_uid + 1;
   if (config.sandbox == "namespaces" && uids < 4 * workers)
     return refuse(2, "--sandbox-uid-range holds " + std::to_string(uids) + " ids, fewer than the " +
                          std::to_string(4 * workers) + " that " + std::to_string(workers) + " workers need");

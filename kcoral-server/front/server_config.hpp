@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "sandbox_policy.hpp"
+
 namespace kcoral {
 
 struct ServerConfig {
@@ -80,18 +82,9 @@ struct ServerConfig {
 
   // The sandbox of every program (see kcoral-server/worker/sandbox.hpp).
   std::string sandbox = "namespaces";  // or "none"
-  std::uint64_t memory_limit_bytes = 8ull << 30;
-  std::uint64_t file_size_limit_bytes = 1ull << 30;
-  std::uint64_t process_limit = 256;     // of a program: its control group, and its user's RLIMIT_NPROC
-  std::uint64_t open_files_limit = 1024;  // of each process: 262,144 descriptors a program at most
-  std::uint64_t scratch_bytes = 2ull << 30;
+  SandboxPolicy sandbox_policy;  // limits, outside users, readable paths
   // Each tenant's compile cache (kcoral-server/front/compile_caches.hpp), in memory; 0: none.
   std::uint64_t compile_cache_bytes = 1ull << 30;
-  // The outside users of workers (uid and gid alike, one per live worker) when the server
-  // runs as root; see kcoral-server/shared/user_id_pool.hpp.
-  std::uint32_t sandbox_first_uid = 1879048192;
-  std::uint32_t sandbox_last_uid = 1879048192 + 65535;
-  std::vector<std::string> readable_paths;
   std::vector<std::string> program_environment;  // --program-env NAME=VALUE, in order
 };
 

@@ -221,8 +221,8 @@ void ZygoteHandle::handle(messages::Received received) {
     std::optional<std::string> failure;
     if (exited->out_of_memory.value_or(false))
       failure = "the program ran out of memory: its processes together reached its memory limit of " +
-                std::to_string(config_.worker.memory_limit_bytes >> 20) + " MiB (--memory-limit-bytes " +
-                std::to_string(config_.worker.memory_limit_bytes) + "), and all of them were killed";
+                std::to_string(config_.worker.sandbox_policy.memory_bytes >> 20) + " MiB (--memory-limit-bytes " +
+                std::to_string(config_.worker.sandbox_policy.memory_bytes) + "), and all of them were killed";
     callbacks_.on_exited(static_cast<pid_t>(exited->pid), how, std::move(failure));
   } else if (auto* failed = std::get_if<messages::ZygoteFailed>(&received.message)) {
     callbacks_.on_failed(failed->message);

@@ -30,14 +30,14 @@ std::vector<std::string> WorkerOptions::to_argv() const {
       "--reuse-check", reuse_check ? "state" : "none",
       "--cuda-connections", std::to_string(cuda_connections),
       "--sandbox", sandboxed ? "namespaces" : "none",
-      "--memory-limit-bytes", std::to_string(memory_limit_bytes),
-      "--file-size-limit-bytes", std::to_string(file_size_limit_bytes),
-      "--process-limit", std::to_string(process_limit),
-      "--open-files-limit", std::to_string(open_files_limit),
-      "--scratch-bytes", std::to_string(scratch_bytes),
+      "--memory-limit-bytes", std::to_string(sandbox_policy.memory_bytes),
+      "--file-size-limit-bytes", std::to_string(sandbox_policy.file_size_bytes),
+      "--process-limit", std::to_string(sandbox_policy.processes),
+      "--open-files-limit", std::to_string(sandbox_policy.open_files),
+      "--scratch-bytes", std::to_string(sandbox_policy.scratch_bytes),
       "--compile-cache-bytes", std::to_string(compile_cache_bytes),
-      "--sandbox-uid-range", std::to_string(first_uid) + "-" + std::to_string(last_uid)};
-  for (const std::string& path : readable_paths) args.insert(args.end(), {"--readable-path", path});
+      "--sandbox-uid-range", std::to_string(sandbox_policy.first_uid) + "-" + std::to_string(sandbox_policy.last_uid)};
+  for (const std::string& path : sandbox_policy.readable_paths) args.insert(args.end(), {"--readable-path", path});
   for (const std::string& assignment : program_environment) args.insert(args.end(), {"--program-env", assignment});
   return args;
 }
@@ -55,14 +55,14 @@ Result<WorkerOptions> WorkerOptions::parse(const std::vector<std::string>& argum
   app.add_option("--reuse-check", reuse_check)->required()->check(CLI::IsMember({"state", "none"}));
   app.add_option("--cuda-connections", out.cuda_connections)->required()->check(CLI::Range(0, 32));
   app.add_option("--sandbox", sandbox)->required()->check(CLI::IsMember({"namespaces", "none"}));
-  app.add_option("--memory-limit-bytes", out.memory_limit_bytes)->required()->check(CLI::NonNegativeNumber);
-  app.add_option("--file-size-limit-bytes", out.file_size_limit_bytes)->required()->check(CLI::NonNegativeNumber);
-  app.add_option("--process-limit", out.process_limit)->required()->check(CLI::NonNegativeNumber);
-  app.add_option("--open-files-limit", out.open_files_limit)->required()->check(CLI::NonNegativeNumber);
-  app.add_option("--scratch-bytes", out.scratch_bytes)->required()->check(CLI::NonNegativeNumber);
+  app.add_option("--memory-limit-bytes", out.sandbox_policy.memory_bytes)->required()->check(CLI::NonNegativeNumber);
+  app.add_option("--file-size-limit-bytes", out.sandbox_policy.file_size_bytes)->required()->check(CLI::NonNegativeNumber);
+  app.add_option("--process-limit", out.sandbox_policy.processes)->required()->check(CLI::NonNegativeNumber);
+  app.add_option("--open-files-limit", out.sandbox_policy.open_files)->required()->check(CLI::NonNegativeNumber);
+  app.add_option("--scratch-bytes", out.sandbox_policy.scratch_bytes)->required()->check(CLI::NonNegativeNumber);
   app.add_option("--compile-cache-bytes", out.compile_cache_bytes)->required()->check(CLI::NonNegativeNumber);
   app.add_option("--sandbox-uid-range", uid_range)->required();
-  app.add_option("--readable-path", out.readable_paths);
+  app.add_option("--readable-path", out.sandbox_policy.readable_paths);
   app.add_option("--program-env", out.program_environment);
   try {
     std::vector<std::string> reversed(arguments.rbegin(), arguments.rend());  // CLI11 reads from the back
@@ -75,7 +75,7 @@ Result<WorkerOptions> WorkerOptions::parse(const std::vector<std::string>& argum
   out.sandboxed = sandbox == "namespaces";
   auto range = parse_id_range(uid_range);
   if (!range) return fail(ErrorKind::engine, "kcoral worker parent: --sandbox-uid-range: " + range.error().message);
-  std::tie(out.first_uid, out.last_uid) = *range;
+  std::tie(out.sandbox_policy.first_uid, out.sandbox_policy.last_uid) = *range;
   return out;
 }
 

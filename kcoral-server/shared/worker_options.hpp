@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kcoral/error.hpp"
+#include "sandbox_policy.hpp"
 
 namespace kcoral {
 
@@ -24,15 +25,8 @@ struct WorkerOptions {
   int cuda_connections = 0;  // > 0: CUDA_DEVICE_MAX_CONNECTIONS of the workers
   // The sandbox (worker/sandbox.hpp); kcoral-server's --help explains each.
   bool sandboxed = true;  // --sandbox namespaces; false: none
-  std::uint64_t memory_limit_bytes = 0;
-  std::uint64_t file_size_limit_bytes = 0;
-  std::uint64_t process_limit = 0;
-  std::uint64_t open_files_limit = 0;
-  std::uint64_t scratch_bytes = 0;
+  SandboxPolicy sandbox_policy;
   std::uint64_t compile_cache_bytes = 0;  // each tenant's, which the front mounts in a sandbox
-  std::uint32_t first_uid = 0;            // the workers' outside user ids
-  std::uint32_t last_uid = 0;
-  std::vector<std::string> readable_paths;
   std::vector<std::string> program_environment;  // NAME=VALUE, as --program-env gives them
 
   // The flags, program name left out.

@@ -77,18 +77,18 @@ Status Sandbox::prepare_zygote() {
   if (!filter) return std::unexpected(filter.error());
   filter_ = std::move(*filter);
   KCORAL_TRY(sandbox_entry::make_directories(config_.root_mountpoint));
-  add_readable_paths(config_.readable_paths);
+  add_readable_paths(config_.policy.readable_paths);
   if (zygote_is_root_) {
-    if (config_.first_uid == 0 || config_.last_uid < config_.first_uid)
+    if (config_.policy.first_uid == 0 || config_.policy.last_uid < config_.policy.first_uid)
       return fail(ErrorKind::engine, "the sandbox's user id range may not include root, and must not be empty");
-    std::uniform_int_distribution<std::uint64_t> offset(0, std::uint64_t{config_.last_uid} - config_.first_uid);
+    std::uniform_int_distribution<std::uint64_t> offset(0, std::uint64_t{config_.policy.last_uid} - config_.policy.first_uid);
     std::random_device random;
-    uids_.emplace(config_.first_uid, config_.last_uid, static_cast<uid_t>(config_.first_uid + offset(random)));
+    uids_.emplace(config_.policy.first_uid, config_.policy.last_uid, static_cast<uid_t>(config_.policy.first_uid + offset(random)));
   }
   if (config_.cgroups) {
     auto layout = read_cgroup_layout();
     auto groups = layout ? ProgramCgroups::create(*layout, "kcoral-" + std::to_string(::getpid()),
-                                                  {config_.memory_bytes, config_.processes})
+                                                  {config_.policy.memory_bytes, config_.policy.processes})
                          : Result<ProgramCgroups>(std::unexpected(layout.error()));
     if (groups) cgroups_ = std::move(*groups);
     else no_cgroups_ = groups.error().message;
@@ -113,23 +113,23 @@ std::string Sandbox::limits_description() const {
     text = "no control groups (" + no_cgroups_ + "). ";
   }
   if (uses("memory"))
-    text += "Memory: " + mib(config_.memory_bytes) + " for all of a program's processes together, tmpfs and memfd "
-            "pages included, no swap, the whole program killed past it (and " + mib(config_.memory_bytes) + " of " +
+    text += "Memory: " + mib(config_.policy.memory_bytes) + " for all of a program's processes together, tmpfs and memfd "
+            "pages included, no swap, the whole program killed past it (and " + mib(config_.policy.memory_bytes) + " of " +
             per_process_memory + " per process). ";
   else
-    text += "Memory: per process only (" + mib(config_.memory_bytes) + " of " + per_process_memory +
+    text += "Memory: per process only (" + mib(config_.policy.memory_bytes) + " of " + per_process_memory +
             "), not for a program's processes together, nor its tmpfs and memfd pages beyond the scratch size. ";
-  text += "Processes: " + std::to_string(config_.processes) +
+  text += "Processes: " + std::to_string(config_.policy.processes) +
           (uses("pids") ? " per program (control group)" : "") +
           (zygote_is_root_ ? ", and per program's user (RLIMIT_NPROC). " : " per user (RLIMIT_NPROC). ");
   text += uses("cpu") ? "CPU: the same weight for every program. "
                       : "CPU: no weight per program: the CPUs are shared between threads, so a program of many "
                         "processes gets more of them. ";
-  text += "Descriptors: " + std::to_string(config_.open_files) + " per process, " +
-          std::to_string(config_.open_files * config_.processes) + " per program at most. ";
+  text += "Descriptors: " + std::to_string(config_.policy.open_files) + " per process, " +
+          std::to_string(config_.policy.open_files * config_.policy.processes) + " per program at most. ";
   if (zygote_is_root_)
-    text += "Users: each worker runs as a user of its own outside, from " + std::to_string(config_.first_uid) + "-" +
-            std::to_string(config_.last_uid) + ", which owns its user namespace and its per-user kernel counts.";
+    text += "Users: each worker runs as a user of its own outside, from " + std::to_string(config_.policy.first_uid) + "-" +
+            std::to_string(config_.policy.last_uid) + ", which owns its user namespace and its per-user kernel counts.";
   else
     text += "Users: the server is not root, so every program runs as the server's user outside, and the kernel's "
             "per-user counts (processes, inotify instances, pipe buffers, user namespaces) are shared by all "
@@ -353,7 +353,7 @@ Result<std::string> Sandbox::enter(std::vector<int> keep, const std::string& vis
 
   KCORAL_TRY(sandbox_entry::enter_namespaces());
   KCORAL_TRY(sandbox_entry::mount_system(root, config_.gpu, gpu));
-  KCORAL_TRY(sandbox_entry::mount_scratch(root, config_.scratch_bytes, outside_user.value_or(0)));
+  KCORAL_TRY(sandbox_entry::mount_scratch(root, config_.policy.scratch_bytes, outside_user.value_or(0)));
   KCORAL_TRY(sandbox_entry::mount_readable(root, readable_));
   KCORAL_TRY(sandbox_entry::mount_var(root));
   KCORAL_TRY(sandbox_entry::mount_dev(root, config_.gpu, gpu));

@@ -49,30 +49,19 @@
 #include "kcoral/error.hpp"
 #include "kcoral/unique_fd.hpp"
 #include "program_cgroups.hpp"
+#include "sandbox_policy.hpp"
 #include "seccomp_filter.hpp"
 #include "user_id_pool.hpp"
 
 namespace kcoral {
 
-inline constexpr uid_t kDefaultFirstUid = 1879048192;  // 0x70000000
-inline constexpr uid_t kDefaultLastUid = kDefaultFirstUid + 65535;
-
 struct SandboxConfig {
   bool enabled = true;  // false: --sandbox none, nothing of the above
   bool gpu = false;
-  std::uint64_t memory_bytes = std::uint64_t{8} << 30;  // of a program (and of each of its processes)
-  std::uint64_t file_size_bytes = std::uint64_t{1} << 30;
-  std::uint64_t processes = 256;  // processes and threads of one program
-  std::uint64_t open_files = 1024;  // of each process: with `processes`, 262,144 a program
-  std::uint64_t scratch_bytes = std::uint64_t{2} << 30;
-  // The outside ids of workers, when the server runs as root (uid and gid alike): above
-  // the ranges systemd and its containers pick from, below 2^31.
-  uid_t first_uid = kDefaultFirstUid;
-  uid_t last_uid = kDefaultLastUid;
-  bool cgroups = true;  // a control group per program, where they can be made
-  std::string root_mountpoint;            // an empty directory to build new roots on
-  std::string init_path;                  // kcoral-init
-  std::vector<std::string> readable_paths;  // read-only, besides the system's
+  SandboxPolicy policy;  // limits, outside users, readable paths
+  bool cgroups = true;           // a control group per program, where they can be made
+  std::string root_mountpoint;  // an empty directory to build new roots on
+  std::string init_path;        // kcoral-init
 };
 
 class Sandbox {

@@ -357,11 +357,11 @@ Status become_unprivileged(std::optional<uid_t> outside_user, UniqueFd admit) {
 // The process limits. CUDA reserves address space far beyond memory, so a GPU worker's
 // memory is bounded by its data segment instead.
 Status apply_limits(const SandboxConfig& config) {
-  KCORAL_TRY(check_memory_limit(config.gpu, config.memory_bytes));
-  KCORAL_TRY(set_limit(config.gpu ? RLIMIT_DATA : RLIMIT_AS, config.memory_bytes, "memory"));
-  KCORAL_TRY(set_limit(RLIMIT_FSIZE, config.file_size_bytes, "file size"));
-  KCORAL_TRY(set_limit(RLIMIT_NPROC, config.processes, "processes"));
-  KCORAL_TRY(set_limit(RLIMIT_NOFILE, config.open_files, "open files"));
+  KCORAL_TRY(check_memory_limit(config.gpu, config.policy.memory_bytes));
+  KCORAL_TRY(set_limit(config.gpu ? RLIMIT_DATA : RLIMIT_AS, config.policy.memory_bytes, "memory"));
+  KCORAL_TRY(set_limit(RLIMIT_FSIZE, config.policy.file_size_bytes, "file size"));
+  KCORAL_TRY(set_limit(RLIMIT_NPROC, config.policy.processes, "processes"));
+  KCORAL_TRY(set_limit(RLIMIT_NOFILE, config.policy.open_files, "open files"));
   return set_limit(RLIMIT_CORE, 0, "core dumps");
 }
 

@@ -69,14 +69,7 @@ kcoral::Result<kcoral::ZygoteOptions> zygote_options(const kcoral::WorkerOptions
 // The sandbox's limits and paths of the front's flags (the rest is set where it is known).
 kcoral::SandboxConfig sandbox_limits(const kcoral::WorkerOptions& flags) {
   kcoral::SandboxConfig config;
-  config.memory_bytes = flags.memory_limit_bytes;
-  config.file_size_bytes = flags.file_size_limit_bytes;
-  config.processes = flags.process_limit;
-  config.open_files = flags.open_files_limit;
-  config.scratch_bytes = flags.scratch_bytes;
-  config.first_uid = flags.first_uid;
-  config.last_uid = flags.last_uid;
-  config.readable_paths = flags.readable_paths;
+  config.policy = flags.sandbox_policy;
   return config;
 }
 

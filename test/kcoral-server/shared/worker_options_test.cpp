@@ -20,15 +20,15 @@ kcoral::WorkerOptions every_field_set() {
   options.reuse_check = false;
   options.cuda_connections = 2;
   options.sandboxed = false;
-  options.memory_limit_bytes = std::uint64_t{8} << 30;
-  options.file_size_limit_bytes = 12345;
-  options.process_limit = 99;
-  options.open_files_limit = 200;
-  options.scratch_bytes = std::uint64_t{3} << 30;
+  options.sandbox_policy.memory_bytes = std::uint64_t{8} << 30;
+  options.sandbox_policy.file_size_bytes = 12345;
+  options.sandbox_policy.processes = 99;
+  options.sandbox_policy.open_files = 200;
+  options.sandbox_policy.scratch_bytes = std::uint64_t{3} << 30;
   options.compile_cache_bytes = 0;
-  options.first_uid = 1879048192;
-  options.last_uid = 1879113727;
-  options.readable_paths = {"/data", "/models/with space"};
+  options.sandbox_policy.first_uid = 1879048192;
+  options.sandbox_policy.last_uid = 1879113727;
+  options.sandbox_policy.readable_paths = {"/data", "/models/with space"};
   options.program_environment = {"A=1", "B=x=y", "EMPTY="};
   return options;
 }
@@ -43,8 +43,8 @@ TEST_CASE("every field of the worker's options survives to_argv and parse") {
 
   kcoral::WorkerOptions defaults;  // and the other way round for every bool and list
   defaults.work_root = "/w";
-  defaults.first_uid = 1000;
-  defaults.last_uid = 1003;
+  defaults.sandbox_policy.first_uid = 1000;
+  defaults.sandbox_policy.last_uid = 1003;
   auto plain = kcoral::WorkerOptions::parse(defaults.to_argv());
   REQUIRE(plain);
   CHECK(*plain == defaults);
