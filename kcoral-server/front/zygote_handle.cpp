@@ -108,6 +108,7 @@ Status ZygoteHandle::start() {
     return fail(ErrorKind::engine, "cannot hold the worker parent: " + process.error().message);
   }
   process_ = std::move(*process);
+  started_pid_ = process_.pid();
   channel_ = Channel(std::move(pair->first), kMaxMessageBytes);
   ready_ = false;
   forks_asked_ = 0;

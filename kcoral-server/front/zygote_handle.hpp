@@ -95,7 +95,9 @@ class ZygoteHandle {
   // waits for that on the strand (escalating to SIGTERM, then SIGKILL), never blocking it.
   // The destructor waits for what still exits then, at most three seconds.
   void stop();
-  [[nodiscard]] pid_t pid() const { return process_ ? process_.pid() : -1; }
+  // The pid of the parent started last, running or lost (for the record of its failure); -1
+  // before the first start.
+  [[nodiscard]] pid_t pid() const { return started_pid_; }
   [[nodiscard]] bool running() const { return static_cast<bool>(process_) && channel_.valid(); }
 
  private:
@@ -112,6 +114,7 @@ class ZygoteHandle {
   ZygoteConfig config_;
   Callbacks callbacks_;
   Process process_;  // the running worker parent
+  pid_t started_pid_ = -1;
   std::vector<std::shared_ptr<Exiting>> exiting_;  // earlier ones on their way out
   Channel channel_;
   boost::asio::posix::stream_descriptor readable_;

@@ -335,6 +335,7 @@ TEST_CASE("a worker parent that dies after the start is restarted; its starting 
   auto failed = std::find_if(h.start_ends.begin(), h.start_ends.end(), [](const auto& end) { return end.failure; });
   REQUIRE(failed != h.start_ends.end());
   CHECK(failed->group == 0);
+  CHECK(failed->pid == std::stoi(first[0]));  // the parent that failed, for the event log
   CHECK(failed->failure->find("the worker parent failed: the worker parent exited") != std::string::npos);
   // The new workers are the new parent's; the start was announced once, the parent ready once.
   auto forks = h.forks();
