@@ -259,7 +259,7 @@ class Program:
         *,
         timeout_seconds: float | None,
         output_limit_bytes: int | None,
-    ) -> tuple[str, list[bytes]]:
+    ) -> tuple[str, list[bytes | memoryview]]:
         """:meth:`to_request`'s body as pieces, the blobs among them uncopied."""
         if not self._instructions:
             raise ValueError("a program needs at least one instruction")

@@ -53,6 +53,8 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   void on_header(boost::beast::error_code ec);
   void start_body();
   void read_body();
+  [[nodiscard]] boost::beast::error_code parse_buffered_body();
+  void reject_body(boost::beast::error_code ec);
   void on_body(boost::beast::error_code ec, std::size_t bytes);
   [[nodiscard]] bool reserve_body();
   [[nodiscard]] Error inflight_full();
