@@ -1,26 +1,29 @@
 // Zygote (kcoral-server/worker/zygote.cpp), the worker parent, set up as worker_parent.cpp
-// sets it up: in a child of the test, forked while single-threaded, a subreaper with
-// SIGCHLD and the stop signals blocked and read from a signalfd, with the real executor
-// and a real sandbox (off, or the namespaces where this machine allows them), while the
-// test plays the front on the other end of its control channel. Checked: it says ready
-// with the interpreter's versions; a fork request gives the front a worker, held by a
-// pidfd of that very process and reached through the channel that comes with it, which
-// says ready in a session of its own and a directory of its own under the work root; the
-// worker runs a program end to end; a worker's exit is reported with its code, or with the
-// signal that killed it, and its directory is removed; what a dead worker left running is
-// killed, the live workers spared, and the zygote goes on forking; the front closing the
-// control channel, or a stop signal, makes it kill every worker and what they left
-// running, remove their files and return 0; failed_to_start sends the reason; trial()
-// passes where workers can start and fails with the sandbox's own reason where they
-// cannot; a sandboxed worker runs its program in a PID namespace of its own as the
-// sandbox's user, and one whose sandbox cannot be made says why before its exit is
+// sets it up: in a child of the test (single-threaded, as the zygote is when it forks), a
+// subreaper with SIGCHLD and the stop signals blocked and read from a signalfd, with the
+// real executor and a real sandbox (off, or the namespaces where this machine allows
+// them), while the test plays the front on the other end of its control channel. Checked:
+// it says ready with the interpreter's versions; a fork request gives the front a worker,
+// held by a pidfd of that very process and reached through the channel that comes with it,
+// which says ready in a session of its own and a directory of its own under the work root;
+// the worker runs a program end to end; a worker's exit is reported with its code, or with
+// the signal that killed it, and its directory is removed; what a dead worker left running
+// is killed, the live workers spared, and the zygote goes on forking; a worker it cannot
+// fork (no descriptor left for its channel) is reported with the reason, and it serves on;
+// the front closing the control channel, or a stop signal, makes it kill every worker and
+// what they left running, remove their files and return 0; failed_to_start sends the
+// reason; trial() passes where workers can start and fails with the sandbox's own reason
+// where they cannot; a sandboxed worker runs its program in a PID namespace of its own as
+// the sandbox's user, and one whose sandbox cannot be made says why before its exit is
 // reported. Tests that make namespaces are skipped, saying why, where the machine does not
 // allow them.
 #include <doctest/doctest.h>
 
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -31,6 +34,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -186,12 +190,15 @@ kcoral::SandboxConfig no_sandbox() {
 }
 
 // The zygote, run in a child of the test as run_worker_parent runs it (but for the
-// preload, which the executor tests cover); `front` is the test's end of its control
-// channel. With `trial`, it tries a worker first and, when that fails, says so instead of
-// serving. The destructor kills it if it is still running (its workers die with it).
+// preload, which the executor tests cover, and the readable paths of LD_LIBRARY_PATH); its
+// executor is the test process's, made before the fork. `front` is the test's end of its
+// control channel. With `trial`, it tries a worker first and, when that fails, says so
+// instead of serving; `before_serve` runs in it last before it serves. The destructor
+// kills it if it is still running (its workers die with it).
 class ZygoteProcess {
  public:
-  ZygoteProcess(const kcoral::test::TempDir& work_root, kcoral::SandboxConfig config, bool trial = false) {
+  ZygoteProcess(const kcoral::test::TempDir& work_root, kcoral::SandboxConfig config, bool trial = false,
+                const std::function<void()>& before_serve = {}) {
     kcoral::Executor& executor = kcoral::test::executor();  // the interpreter, up before the fork
     versions_ = executor.versions();
     auto pair = kcoral::Channel::socket_pair();
@@ -204,7 +211,8 @@ class ZygoteProcess {
       if (pid == 0) {
         fork.in_child();
         pair->first.reset();  // the front's end: only the front may hold it
-        run(executor, kcoral::Channel(std::move(pair->second)), work_root.path(), std::move(config), trial, versions_);
+        run(executor, kcoral::Channel(std::move(pair->second)), work_root.path(), std::move(config), trial, versions_,
+            before_serve);
       }
       fork.in_parent();
     }
@@ -244,7 +252,8 @@ class ZygoteProcess {
  private:
   // The child: worker_parent.cpp's steps, in its order. Never returns.
   [[noreturn]] static void run(kcoral::Executor& executor, kcoral::Channel control, const std::string& work_root,
-                               kcoral::SandboxConfig config, bool trial, std::map<std::string, std::string> versions) {
+                               kcoral::SandboxConfig config, bool trial, std::map<std::string, std::string> versions,
+                               const std::function<void()>& before_serve) {
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the test
     kcoral::become_subreaper();
     kcoral::ZygoteOptions options{kcoral::WorkerOptions{}, {}, {}};
@@ -267,6 +276,7 @@ class ZygoteProcess {
     if (!prepared) ::_exit(zygote.failed_to_start(prepared.error().message));
     if (trial)
       if (auto tried = zygote.trial(); !tried) ::_exit(zygote.failed_to_start(tried.error().message));
+    if (before_serve) before_serve();
     ::_exit(zygote.serve(signal_fd, std::move(versions)));
   }
 
@@ -295,16 +305,28 @@ kcoral::BuiltProgram leaving_a_process(const std::string& pid_file) {
                  "    time.sleep(600)\n");
 }
 
-// The process whose pid a program wrote to `pid_file`, held as soon as the file appears
-// (at most kWaitMs); an empty Process when none came.
-kcoral::Process left_process(const std::string& pid_file) {
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kWaitMs);
-  while (!fs::exists(pid_file) && std::chrono::steady_clock::now() < deadline) ::poll(nullptr, 0, 10);
-  std::ifstream in(pid_file);
-  pid_t pid = -1;
-  if (!(in >> pid)) return {};
-  return hold(pid);
-}
+// The process whose pid a program wrote to `pid_file`, held from the moment the file
+// appears (waited for at most kWaitMs), and killed when the test is done with it, should
+// the zygote have let it live; empty when no pid came.
+class LeftProcess {
+ public:
+  explicit LeftProcess(const std::string& pid_file) {
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kWaitMs);
+    while (!fs::exists(pid_file) && std::chrono::steady_clock::now() < deadline) ::poll(nullptr, 0, 10);
+    std::ifstream in(pid_file);
+    pid_t pid = -1;
+    if (in >> pid) process_ = hold(pid);
+  }
+  LeftProcess(const LeftProcess&) = delete;
+  LeftProcess& operator=(const LeftProcess&) = delete;
+  ~LeftProcess() { process_.signal(SIGKILL); }
+
+  [[nodiscard]] bool held() const { return static_cast<bool>(process_); }
+  [[nodiscard]] bool ends_within_wait() const { return ends_within(process_.pidfd()); }
+
+ private:
+  kcoral::Process process_;
+};
 
 // Whether the worker root of `pid` exists under `work_root`.
 bool has_root(const kcoral::test::TempDir& work_root, pid_t pid) { return fs::exists(work_root / std::to_string(pid)); }
@@ -393,9 +415,9 @@ TEST_CASE("a worker killed by a signal is reported with it; what it left running
   REQUIRE(killed->front.expect<messages::Ready>());
   std::string pid_file = work_root / "left.pid";
   REQUIRE(killed->front.send_job(leaving_a_process(pid_file)));
-  kcoral::Process left = left_process(pid_file);
+  LeftProcess left(pid_file);
   CAPTURE(killed->front.heard);
-  REQUIRE(static_cast<bool>(left));
+  REQUIRE(left.held());
   REQUIRE(killed->process.signal(SIGKILL));  // as the front kills a worker, not its group
 
   auto exited = zygote.front.expect<messages::Exited>();
@@ -404,9 +426,7 @@ TEST_CASE("a worker killed by a signal is reported with it; what it left running
   CHECK(exited->signal == SIGKILL);
   CHECK_FALSE(exited->exit_code.has_value());
   CHECK_FALSE(has_root(work_root, killed->pid));
-  bool left_ended = ends_within(left.pidfd());
-  CHECK(left_ended);
-  if (!left_ended) left.signal(SIGKILL);
+  CHECK(left.ends_within_wait());
 
   // The other worker lives on and runs a program.
   CHECK_FALSE(spared->process.exited());
@@ -431,16 +451,14 @@ TEST_CASE("the front closing the control channel makes the zygote kill every wor
   REQUIRE(busy->front.expect<messages::Ready>());
   std::string pid_file = work_root / "left.pid";
   REQUIRE(busy->front.send_job(leaving_a_process(pid_file)));
-  kcoral::Process left = left_process(pid_file);
-  REQUIRE(static_cast<bool>(left));
+  LeftProcess left(pid_file);
+  REQUIRE(left.held());
 
   zygote.front.channel = kcoral::Channel();
   CHECK(zygote.exit_code() == 0);
   CHECK(ends_within(idle->process.pidfd()));
   CHECK(ends_within(busy->process.pidfd()));
-  bool left_ended = ends_within(left.pidfd());
-  CHECK(left_ended);
-  if (!left_ended) left.signal(SIGKILL);
+  CHECK(left.ends_within_wait());
   CHECK_FALSE(has_root(work_root, idle->pid));
   CHECK_FALSE(has_root(work_root, busy->pid));
 }
@@ -458,6 +476,29 @@ TEST_CASE("a stop signal on the signal descriptor makes the zygote kill its work
   CHECK(zygote.exit_code() == 0);  // while the front still holds the channel
   CHECK(ends_within(worker->process.pidfd()));
   CHECK_FALSE(has_root(work_root, worker->pid));
+}
+
+TEST_CASE("a worker the zygote cannot fork is reported to the front with the reason, and the zygote serves on") {
+  kcoral::test::TempDir work_root;
+  // The zygote's descriptor table full as it starts to serve: its limit at the highest
+  // descriptor it holds, and the free numbers below it taken.
+  ZygoteProcess zygote(work_root, no_sandbox(), /*trial=*/false, [] {
+    int highest = 0;
+    for (const auto& entry : fs::directory_iterator("/proc/self/fd"))
+      highest = std::max(highest, std::stoi(entry.path().filename().string()));
+    rlimit limit{static_cast<rlim_t>(highest) + 1, static_cast<rlim_t>(highest) + 1};
+    ::setrlimit(RLIMIT_NOFILE, &limit);
+    while (::open("/dev/null", O_RDONLY | O_CLOEXEC) >= 0) {
+    }
+  });
+  REQUIRE(zygote.front.expect<messages::ZygoteReady>());
+  REQUIRE(zygote.front.send(messages::Fork{""}));
+  auto failed = zygote.front.expect<messages::ZygoteFailed>();
+  CAPTURE(zygote.front.heard);
+  REQUIRE(failed.has_value());
+  CHECK(failed->message.starts_with("socketpair: "));
+  zygote.front.channel = kcoral::Channel();
+  CHECK(zygote.exit_code() == 0);  // it went on serving until the front went
 }
 
 TEST_CASE("failed_to_start tells the front why, and returns 1") {
