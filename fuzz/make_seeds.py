@@ -138,6 +138,7 @@ ONE_OF_EACH = [
     {"type": "forked", "pid": 4242},
     {"type": "exited", "pid": 4242, "exit_code": 0},
     {"type": "zygote_failed", "message": "no interpreter"},
+    {"type": "fork_failed", "message": "socketpair: Too many open files"},
     {"type": "blobs", "digests": [DIGEST, DIGEST[::-1]]},
     {"type": "blobs", "digests": [DIGEST, DIGEST[::-1]], "files": [0, 0], "offsets": [0, 4096],
      "sizes": [3, 0], "file_count": 1},

@@ -38,6 +38,8 @@ inline constexpr auto kFields<Exited> = std::tuple{Field{"pid", &Exited::pid}, F
 template <>
 inline constexpr auto kFields<ZygoteFailed> = std::tuple{Field{"message", &ZygoteFailed::message}};
 template <>
+inline constexpr auto kFields<ForkFailed> = std::tuple{Field{"message", &ForkFailed::message}};
+template <>
 inline constexpr auto kFields<Blobs> =
     std::tuple{Field{"digests", &Blobs::digests}, Field{"files", &Blobs::files}, Field{"offsets", &Blobs::offsets},
                Field{"sizes", &Blobs::sizes}, Field{"file_count", &Blobs::file_count}};

@@ -56,6 +56,11 @@ struct Exited {
 struct ZygoteFailed {
   std::string message;
 };
+// zygote -> front: the oldest fork request not yet answered could not be met (no descriptor
+// or memory for the worker's channel or process, say); the zygote goes on serving.
+struct ForkFailed {
+  std::string message;
+};
 
 // front -> worker: blobs of the next program. Descriptors: `file_count` sealed memfds;
 // blob i is `sizes[i]` bytes at `offsets[i]` of memfd `files[i]` (many blobs may share one).
@@ -126,12 +131,12 @@ struct RunResult {
   std::string retired = {};  // why the worker takes no other program, before its count ran out
 };
 
-using Message = std::variant<Fork, ZygoteReady, Forked, Exited, ZygoteFailed, Blobs, RunProgram, LeaseGranted, Ready,
+using Message = std::variant<Fork, ZygoteReady, Forked, Exited, ZygoteFailed, ForkFailed, Blobs, RunProgram, LeaseGranted, Ready,
                              Progress, Lease, InitLease, GpuAccess, Failed, RunResult>;
 
 // The type names, in the order of Message's alternatives.
 inline constexpr std::array<std::string_view, std::variant_size_v<Message>> kNames{
-    "fork",  "zygote_ready", "forked",     "exited", "zygote_failed", "blobs",  "run",   "lease_granted",
+    "fork",  "zygote_ready", "forked",     "exited", "zygote_failed", "fork_failed", "blobs",  "run",   "lease_granted",
     "ready", "progress",     "lease",      "init_lease", "gpu_access", "failed", "result"};
 
 [[nodiscard]] std::string_view name_of(const Message& message);

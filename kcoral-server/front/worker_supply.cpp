@@ -33,7 +33,8 @@ Status WorkerSupply::start() {
                               [this](pid_t pid, std::string how, std::optional<std::string> failure) {
                                 on_exited(pid, how, failure);
                               },
-                              [this](std::string message) { on_zygote_failed(message); }});
+                              [this](std::string message) { on_zygote_failed(message); },
+                              [this](std::string message) { on_fork_failed(message); }});
   return zygote_->start();
 }
 
@@ -150,6 +151,17 @@ void WorkerSupply::announce() {
   if (!zygote_started_ || !starts_.trial_passed()) return;
   announced_ = Announced::ready;
   events_.ready(std::move(versions_));
+}
+
+// A fork the zygote could not make counts as a failed start of its group, which then backs
+// off; the zygote and the workers it runs go on.
+void WorkerSupply::on_fork_failed(const std::string& message) {
+  if (pending_forks_.empty()) return;
+  std::size_t group = pending_forks_.front();  // the zygote answers fork requests in order
+  pending_forks_.pop_front();
+  std::fprintf(stderr, "kcoral-server: the worker parent could not fork a worker: %s\n", message.c_str());
+  on_start_failed(group, zygote_ ? zygote_->pid() : -1, "the worker parent could not fork it: " + message, false);
+  top_up();  // after the group's back-off
 }
 
 void WorkerSupply::on_zygote_failed(const std::string& message) {

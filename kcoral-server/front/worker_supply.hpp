@@ -89,6 +89,7 @@ class WorkerSupply {
   void on_forked(Process process, UniqueFd channel);
   void on_exited(pid_t pid, const std::string& how, const std::optional<std::string>& failure);
   void on_zygote_failed(const std::string& message);
+  void on_fork_failed(const std::string& message);
   void restart_zygote();
   void on_gone(const WorkerPtr& worker);
   void on_alive(const WorkerPtr& worker);

@@ -227,6 +227,10 @@ void ZygoteHandle::handle(messages::Received received) {
     callbacks_.on_exited(static_cast<pid_t>(exited->pid), how, std::move(failure));
   } else if (auto* failed = std::get_if<messages::ZygoteFailed>(&received.message)) {
     callbacks_.on_failed(failed->message);
+  } else if (auto* fork_failed = std::get_if<messages::ForkFailed>(&received.message)) {
+    if (forks_asked_ == 0) return lost("the worker parent failed a fork nobody asked for");
+    --forks_asked_;
+    callbacks_.on_fork_failed(fork_failed->message);
   } else {
     lost("the worker parent sent '" + std::string(messages::name_of(received.message)) + "'");
   }

@@ -79,7 +79,8 @@ class ZygoteHandle {
     std::function<void(Process process, UniqueFd channel)> on_forked;  // a worker, held by the pidfd sent
     // `failure`: why the program it ran failed, when the zygote knows (out of memory).
     std::function<void(pid_t pid, std::string how, std::optional<std::string> failure)> on_exited;
-    std::function<void(std::string message)> on_failed;
+    std::function<void(std::string message)> on_failed;       // the zygote is gone, or cannot go on
+    std::function<void(std::string message)> on_fork_failed;  // the oldest fork asked for, not made
   };
 
   ZygoteHandle(Strand strand, ZygoteConfig config, Callbacks callbacks);

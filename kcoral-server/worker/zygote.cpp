@@ -67,7 +67,7 @@ Status Zygote::trial() {
 }
 
 int Zygote::failed_to_start(const std::string& message) {
-  report_error(message);
+  (void)messages::send(control_, messages::ZygoteFailed{message});
   return 1;
 }
 
@@ -109,7 +109,7 @@ std::string Zygote::worker_root(pid_t pid) const { return options_.flags.work_ro
 
 void Zygote::fork_worker(int signal_fd, const std::string& visible_devices) {
   auto pair = Channel::socket_pair();
-  if (!pair) return report_error(pair.error().message);
+  if (!pair) return fork_failed(pair.error().message);
   auto pid = fork_child([&] {
     // Its environment is the programs' list (program_environment.hpp), nothing of the
     // zygote's: pinned to its GPU by UUID before anything in it can touch CUDA, through
@@ -152,12 +152,12 @@ void Zygote::fork_worker(int signal_fd, const std::string& visible_devices) {
     ProgramProcessOptions process{root, options_.flags.device == "gpu", options_.flags.programs_per_worker, options_.flags.reuse_check};
     ::_exit(serve_programs(executor_, **courier, process));
   });
-  if (!pid) return report_error(pid.error().message);
+  if (!pid) return fork_failed(pid.error().message);
   workers_.insert(*pid);
   UniqueFd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, *pid, 0)));
   if (!pidfd) {
     ::kill(*pid, SIGKILL);  // reaped as any worker; the front never hears of it
-    return report_error(std::string("pidfd_open (Linux 5.3): ") + std::strerror(errno));
+    return fork_failed(std::string("pidfd_open (Linux 5.3): ") + std::strerror(errno));
   }
   std::array<int, 2> fds{pair->first.get(), pidfd.get()};
   (void)messages::send(control_, messages::Forked{*pid}, fds);
@@ -191,6 +191,9 @@ void Zygote::reap() {
   }
 }
 
-void Zygote::report_error(const std::string& message) { (void)messages::send(control_, messages::ZygoteFailed{message}); }
+// One worker less than asked for, for want of a resource that may come back: the front counts
+// a failed start of the worker's group (and backs off), while this zygote and its running
+// workers go on.
+void Zygote::fork_failed(const std::string& message) { (void)messages::send(control_, messages::ForkFailed{message}); }
 
 }  // namespace kcoral

@@ -52,7 +52,7 @@ class Zygote {
   [[nodiscard]] std::string worker_root(pid_t pid) const;
   void fork_worker(int signal_fd, const std::string& visible_devices);
   void reap();
-  void report_error(const std::string& message);
+  void fork_failed(const std::string& message);
 
   // Forks a child (sandboxed, when the sandbox is on); runs `child` in it, which must not
   // return. The parent gets the pid.

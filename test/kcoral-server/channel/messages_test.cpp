@@ -29,6 +29,7 @@ std::vector<messages::Message> one_of_each() {
           messages::Forked{4242},
           messages::Exited{4242, std::nullopt, 9, true},
           messages::ZygoteFailed{"no python"},
+          messages::ForkFailed{"socketpair: Too many open files"},
           messages::Blobs{{"aa", "bb"}, {0, 0}, {0, 5}, {5, 3}, 1},
           messages::RunProgram{"rid", 77, 88},
           messages::LeaseGranted{},

@@ -32,8 +32,9 @@ using namespace std::chrono_literals;
 
 namespace {
 
-// The stand-in parent. It logs "parent PID", "fork PID GROUP" and "exit PID" lines to
-// $FAKE_LOG (from --program-env, which the parent's environment gets).
+// The stand-in parent. It logs "parent PID", "fork PID GROUP", "no-fork GROUP" and "exit PID"
+// lines to $FAKE_LOG (from --program-env, which the parent's environment gets). It cannot
+// make the third fork of a group named "short" (as a zygote out of descriptors).
 constexpr const char* kFakeParent = R"(#!/usr/bin/env python3
 import ctypes, json, os, select, signal, socket, sys
 log = open(os.environ["FAKE_LOG"], "a", buffering=1)
@@ -58,6 +59,7 @@ def worker(sock, group):
     os._exit(0)
 send(channel, {"type": "zygote_ready", "versions": {"python": "fake", "parent": str(os.getpid())}})
 children = {}  # pidfd: pid
+forks_asked = {}  # group: how many
 while True:
     readable, _, _ = select.select([channel] + list(children), [], [])
     for fd in readable:
@@ -73,6 +75,12 @@ while True:
                 sys.exit(0)
             message = json.loads(data[1:])
             if message["type"] != "fork":
+                continue
+            group = message["visible_devices"]
+            forks_asked[group] = forks_asked.get(group, 0) + 1
+            if group == "short" and forks_asked[group] == 3:
+                log.write(f"no-fork {group}\n")
+                send(channel, {"type": "fork_failed", "message": "socketpair: Too many open files"})
                 continue
             front, end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
             parent = os.getpid()
@@ -303,6 +311,26 @@ TEST_CASE("a worker that is gone is replaced, and its work directory removed") {
   CHECK_FALSE(std::filesystem::exists(left));
   CHECK(h.idle[2]->pid() != victim->pid());
   CHECK(h.forks().size() == 3);
+  CHECK(h.readies == 1);
+}
+
+TEST_CASE("a fork the parent cannot make is a failed start of its group; the parent and its workers go on") {
+  Harness h({"short"}, 2);
+  REQUIRE(h.pump([&] { return h.idle.size() == 2; }));
+  kcoral::WorkerPtr survivor = h.idle[1];
+  REQUIRE(kill_worker(h.idle[0]));  // its replacement is the third fork
+  REQUIRE(h.pump([&] { return h.start_ends.size() == 3; }));
+  const auto& failed = h.start_ends[2];
+  REQUIRE(failed.failure.has_value());
+  CHECK(failed.group == 0);
+  CHECK(failed.pid == std::stoi(h.parents().at(0)));
+  CHECK(*failed.failure == "the worker parent could not fork it: socketpair: Too many open files");
+  CHECK(h.supply->starts().backing_off(0));
+  // After the back-off, the fourth fork makes the replacement; nothing else was disturbed.
+  REQUIRE(h.pump([&] { return h.idle.size() == 3; }));
+  CHECK(h.parents().size() == 1);
+  CHECK_FALSE(has_exited(survivor));
+  CHECK(h.failures.empty());
   CHECK(h.readies == 1);
 }
 

@@ -26,7 +26,8 @@ namespace {
 
 // The stand-in parent. FAKE_MODE (from --program-env, which the parent's environment
 // gets): "good" answers each fork with a child that sleeps; "alien" sends its own pidfd
-// for a child's; "stubborn" also ignores SIGTERM and its closed channel.
+// for a child's; "stubborn" also ignores SIGTERM and its closed channel; "short" fails its
+// first fork and makes the rest; "unasked" says a fork failed before any was asked for.
 constexpr const char* kFakeParent = R"(#!/usr/bin/env python3
 import ctypes, json, os, signal, socket, time
 mode = os.environ.get("FAKE_MODE", "good")
@@ -40,12 +41,19 @@ def send(message, fds=()):
     else:
         channel.send(frame)
 send({"type": "zygote_ready", "versions": {"python": "fake"}})
+if mode == "unasked":
+    send({"type": "fork_failed", "message": "nothing asked"})
 children = []
+failed_once = False
 while True:
     data = channel.recv(65536)
     if not data:
         break
     if json.loads(data[1:])["type"] != "fork":
+        continue
+    if mode == "short" and not failed_once:
+        failed_once = True
+        send({"type": "fork_failed", "message": "socketpair: Too many open files"})
         continue
     front, worker = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     parent = os.getpid()
@@ -76,6 +84,7 @@ struct Harness {
   std::map<std::string, std::string> versions;
   std::vector<kcoral::Process> workers;
   std::vector<std::string> failures;
+  std::vector<std::string> fork_failures;
 
   explicit Harness(const std::string& mode) {
     char directory[] = "/tmp/kcoral-zygote-test-XXXXXX";
@@ -91,7 +100,8 @@ struct Harness {
         ZygoteHandle::Callbacks{[this](std::map<std::string, std::string> said) { versions = std::move(said); },
                                 [this](kcoral::Process worker, kcoral::UniqueFd) { workers.push_back(std::move(worker)); },
                                 [](pid_t, std::string, std::optional<std::string>) {},
-                                [this](std::string why) { failures.push_back(std::move(why)); }});
+                                [this](std::string why) { failures.push_back(std::move(why)); },
+                                [this](std::string why) { fork_failures.push_back(std::move(why)); }});
     REQUIRE(handle->start().has_value());
   }
   ~Harness() {
@@ -135,6 +145,28 @@ TEST_CASE("a worker parent that says ready and forks is heard, its workers held 
   // The parent kills its worker and exits on its closed channel; the strand reaps it.
   CHECK(h.pump([&] { return !unreaped(parent); }));
   CHECK_FALSE(h.workers[0].signal(0));
+}
+
+TEST_CASE("a fork the worker parent could not make is heard as such, and the parent serves on") {
+  Harness h("short");
+  REQUIRE(h.pump([&] { return !h.versions.empty(); }));
+  h.handle->request_fork("");
+  REQUIRE(h.pump([&] { return !h.fork_failures.empty(); }));
+  CHECK(h.fork_failures[0] == "socketpair: Too many open files");
+  CHECK(h.failures.empty());
+  CHECK(h.handle->running());
+  h.handle->request_fork("");
+  REQUIRE(h.pump([&] { return !h.workers.empty(); }));
+  CHECK(h.workers[0].signal(0));
+  CHECK(h.failures.empty());
+}
+
+TEST_CASE("a worker parent that says a fork failed when none was asked for is broken") {
+  Harness h("unasked");
+  REQUIRE(h.pump([&] { return !h.failures.empty(); }));
+  CHECK(h.failures[0] == "the worker parent failed a fork nobody asked for");
+  CHECK(h.fork_failures.empty());
+  CHECK_FALSE(h.handle->running());
 }
 
 TEST_CASE("a worker parent that sends the pidfd of another process for its worker is broken") {

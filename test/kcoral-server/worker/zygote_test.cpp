@@ -478,7 +478,7 @@ TEST_CASE("a stop signal on the signal descriptor makes the zygote kill its work
   CHECK_FALSE(has_root(work_root, worker->pid));
 }
 
-TEST_CASE("a worker the zygote cannot fork is reported to the front with the reason, and the zygote serves on") {
+TEST_CASE("a worker the zygote cannot fork is reported to the front as a failed fork, and the zygote serves on") {
   kcoral::test::TempDir work_root;
   // The zygote's descriptor table full as it starts to serve: its limit at the highest
   // descriptor it holds, and the free numbers below it taken.
@@ -493,7 +493,7 @@ TEST_CASE("a worker the zygote cannot fork is reported to the front with the rea
   });
   REQUIRE(zygote.front.expect<messages::ZygoteReady>());
   REQUIRE(zygote.front.send(messages::Fork{""}));
-  auto failed = zygote.front.expect<messages::ZygoteFailed>();
+  auto failed = zygote.front.expect<messages::ForkFailed>();
   CAPTURE(zygote.front.heard);
   REQUIRE(failed.has_value());
   CHECK(failed->message.starts_with("socketpair: "));
