@@ -36,7 +36,7 @@ def shown(value: object) -> str:
         return f"<{type(value).__name__}>"
 
 
-def sha256_hex(data: bytes) -> str:
+def sha256_hex(data: bytes | bytearray | memoryview) -> str:
     """The lowercase hex SHA-256 of ``data``: the name of a blob on the wire."""
     return hashlib.sha256(data).hexdigest()
 
@@ -50,7 +50,7 @@ def dumps_json(value: Any) -> bytes:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
 
 
-def loads_json(data: bytes | bytearray | str) -> Any:
+def loads_json(data: bytes | bytearray | memoryview | str) -> Any:
     """Parse JSON strictly; ValueError for what the wire does not allow.
 
     Refused: duplicate object keys, NaN and Infinity, numbers beyond a float (``1e400``),
@@ -84,7 +84,7 @@ def loads_json(data: bytes | bytearray | str) -> Any:
                              "is beyond a float")
         return value
 
-    text = data.decode("utf-8") if isinstance(data, (bytes, bytearray)) else data
+    text = str(data, "utf-8") if isinstance(data, (bytes, bytearray, memoryview)) else data
     # json.JSONDecodeError and UnicodeDecodeError are both ValueErrors.
     try:
         return json.loads(
@@ -140,7 +140,7 @@ class Part:
 
     name: str
     content_type: str
-    data: bytes
+    data: bytes | memoryview
 
 
 def parse_header_value(value: str) -> tuple[str, dict[str, str]]:
@@ -193,7 +193,7 @@ def multipart_chunks(parts: list[Part]) -> tuple[str, list[bytes | memoryview]]:
     while True:
         boundary = "kcoral-" + secrets.token_hex(16)
         if all(
-            boundary.encode() not in part.data
+            boundary.encode() not in bytes(part.data)  # bytes of bytes is the same object
             for part in parts
             if len(part.data) <= SEARCHED_PART_BYTES
         ):
@@ -219,7 +219,8 @@ def decode_multipart(content_type: str, body: bytes | bytearray) -> list[Part]:
     """Parse a multipart/form-data body with CRLF framing; ValueError when malformed.
 
     Every part must carry exactly one ``Content-Disposition: form-data; name=...`` and one
-    ``Content-Type``. A preamble and an epilogue are ignored, as RFC 2046 asks.
+    ``Content-Type``. A preamble and an epilogue are ignored, as RFC 2046 asks. Each part's
+    data is a view of ``body``, not a copy: its reader copies out what it keeps.
     """
     media_type, params = parse_header_value(content_type)
     boundary = params.get("boundary", "")
@@ -249,8 +250,7 @@ def decode_multipart(content_type: str, body: bytes | bytearray) -> list[Part]:
         payload_end = body.find(b"\r\n" + delimiter, payload_start)
         if payload_end < 0:
             raise ValueError("multipart part is not terminated by a boundary")
-        # One copy of each payload, as bytes, whatever the body is.
-        payload = bytes(memoryview(body)[payload_start:payload_end])
+        payload = memoryview(body)[payload_start:payload_end]
         parts.append(_make_part(bytes(header_block), payload))
         position = payload_end + 2 + len(delimiter)
     if not parts:
@@ -258,7 +258,7 @@ def decode_multipart(content_type: str, body: bytes | bytearray) -> list[Part]:
     return parts
 
 
-def _make_part(header_block: bytes, data: bytes) -> Part:
+def _make_part(header_block: bytes, data: memoryview) -> Part:
     headers: dict[str, str] = {}
     for line in header_block.decode("utf-8").split("\r\n") if header_block else []:
         name, colon, value = line.partition(":")

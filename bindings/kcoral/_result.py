@@ -10,10 +10,11 @@ half-decoded.
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -157,10 +158,13 @@ def error_from_response(
     return server_error(status_code, kind, message, request_id, retry_after)
 
 
-def _split_body(content_type: str | None, body: bytes | bytearray) -> tuple[dict[str, Any], dict[str, bytes]]:
+def _split_body(
+    content_type: str | None, body: bytes | bytearray
+) -> tuple[dict[str, Any], dict[str, bytes | memoryview]]:
     """(result document, binary parts by name) of a 200 response."""
     media_type = (content_type or "").partition(";")[0].strip().lower()
-    parts: dict[str, bytes] = {}
+    parts: dict[str, bytes | memoryview] = {}
+    raw: bytes | bytearray | memoryview
     if media_type == "application/json":
         raw = body
     elif media_type == "multipart/form-data":
@@ -203,7 +207,7 @@ def _cache_miss(document: dict[str, Any]) -> CacheMiss:
     return CacheMiss(request_id, frozenset(missing))
 
 
-def _program_result(document: dict[str, Any], parts: dict[str, bytes]) -> ProgramResult:
+def _program_result(document: dict[str, Any], parts: dict[str, bytes | memoryview]) -> ProgramResult:
     # Top-level fields beyond the protocol's are ignored, so a server may add metadata
     # without breaking clients; everything the protocol defines is checked.
     encoded = _typed(document, "results", dict)
@@ -283,7 +287,7 @@ def _fields(node: dict[str, Any], *names: str) -> None:
         raise ValueError(f"a {_shown(node['type'])} value has fields {_shown(sorted(node))}")
 
 
-def _decode_value(node: Any, parts: dict[str, bytes], used: list[str]) -> Any:
+def _decode_value(node: Any, parts: dict[str, bytes | memoryview], used: list[str]) -> Any:
     """Decode one node of the typed value tree; ``used`` collects parts in visiting order."""
     if not isinstance(node, dict) or not isinstance(node.get("type"), str):
         raise ValueError("a value is not an object with a 'type'")
@@ -308,10 +312,10 @@ def _decode_value(node: Any, parts: dict[str, bytes], used: list[str]) -> Any:
         return {key: _decode_value(child, parts, used) for key, child in node["value"].items()}
     if kind == "bytes":
         _fields(node, "part", "sha256")
-        return _take_part(node, parts, used)
+        return _take_part(node, parts, used, bytes)
     if kind == "file":
         _fields(node, "size", "part", "sha256")
-        data = _take_part(node, parts, used)
+        data = _take_part(node, parts, used, bytes)
         size = node["size"]
         if isinstance(size, bool) or not isinstance(size, int) or size != len(data):
             raise ValueError(
@@ -332,7 +336,7 @@ def _decode_value(node: Any, parts: dict[str, bytes], used: list[str]) -> Any:
         return ReturnedFolder(decoded, directories)
     if kind == "tensor":
         _fields(node, "dtype", "shape", "part", "sha256")
-        return _decode_tensor(node, _take_part(node, parts, used))
+        return _take_part(node, parts, used, lambda data: _decode_tensor(node, data))
     raise ValueError(f"unknown value type {_shown(kind)}")
 
 
@@ -350,8 +354,22 @@ def _is_scalar(kind: str, value: Any) -> bool:
 
 
 
-def _take_part(node: dict[str, Any], parts: dict[str, bytes], used: list[str]) -> bytes:
-    """The bytes of a binary node, checking depth-first numbering, single use and digest."""
+_Value = TypeVar("_Value")
+
+# Parts at least this large are hashed on a thread of their own while they are copied out of
+# the response (hashlib lets go of the GIL while it hashes), so that the copy costs no time
+# beside the hash.
+_HASHED_ALONGSIDE_BYTES = 1 << 20
+
+
+def _take_part(
+    node: dict[str, Any],
+    parts: dict[str, bytes | memoryview],
+    used: list[str],
+    materialize: Callable[[bytes | memoryview], _Value],
+) -> _Value:
+    """A binary node's value, ``materialize`` of its part, checking depth-first numbering,
+    single use and digest (whose mismatch is the error, whatever ``materialize`` says)."""
     name = node["part"]
     # Numbering by visiting order also makes a second reference to a part impossible.
     if name != f"return:{len(used)}":
@@ -362,10 +380,31 @@ def _take_part(node: dict[str, Any], parts: dict[str, bytes], used: list[str]) -
     if name not in parts:
         raise ValueError(f"binary part {_shown(name)} is missing from the response")
     data = parts[name]
-    if not is_sha256_hex(node["sha256"]) or sha256_hex(data) != node["sha256"]:
+    digest = node["sha256"]
+    if not is_sha256_hex(digest):
         raise ValueError(f"binary part {_shown(name)} does not match its sha256")
+    failure: ValueError | None = None
+    if len(data) < _HASHED_ALONGSIDE_BYTES:
+        matches = sha256_hex(data) == digest
+        if matches:
+            value = materialize(data)
+    else:
+        hashed: list[str] = []
+        hashing = threading.Thread(target=lambda: hashed.append(sha256_hex(data)))
+        hashing.start()
+        try:
+            value = materialize(data)
+        except ValueError as error:
+            failure = error
+        finally:
+            hashing.join()
+        matches = hashed == [digest]
+    if not matches:
+        raise ValueError(f"binary part {_shown(name)} does not match its sha256")
+    if failure is not None:
+        raise failure
     used.append(name)
-    return data
+    return value
 
 
 def _numpy_dtype(dtype: str) -> np.dtype[Any]:
@@ -380,7 +419,7 @@ def _numpy_dtype(dtype: str) -> np.dtype[Any]:
     return little_endian
 
 
-def _decode_tensor(node: dict[str, Any], data: bytes) -> np.ndarray[Any, Any]:
+def _decode_tensor(node: dict[str, Any], data: bytes | memoryview) -> np.ndarray[Any, Any]:
     dtype, shape = node["dtype"], node["shape"]
     if dtype not in DTYPE_ITEM_SIZES:
         raise ValueError(f"unknown tensor dtype {_shown(dtype)}")

@@ -153,7 +153,7 @@ def mutated_answers(rng: random.Random, count: int) -> Iterator[tuple[int, str, 
         parts = decode_multipart(content_type, body) if content_type.startswith("multi") else None
         roll = rng.random()
         if roll < 0.6:
-            document = json.loads(parts[0].data if parts else body)
+            document = json.loads(bytes(parts[0].data) if parts else body)
             text = json.dumps(mutate_tree(rng, mutate_tree(rng, document))).encode()
             if parts:
                 content_type, body = encode_multipart([Part("result", "application/json", text),
