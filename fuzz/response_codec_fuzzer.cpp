@@ -118,12 +118,14 @@ void fuzz_program_response(FuzzedDataProvider& in) {
 
   kcoral::EncodedResponse response = kcoral::encode_program_response(request_id, result, timings);
   KCORAL_INVARIANT(response.http_status == 200);
-  std::string_view json_text = response.body;
+  const std::string body = response.body.joined();
+  KCORAL_INVARIANT(body.size() == response.body.size());
+  std::string_view json_text = body;
   if (results.parts().empty()) {
     KCORAL_INVARIANT(response.content_type == "application/json");
   } else {
     KCORAL_INVARIANT(response.content_type.starts_with("multipart/form-data; boundary="));
-    auto parts = kcoral::parse_multipart(response.content_type, response.body, {});
+    auto parts = kcoral::parse_multipart(response.content_type, body, {});
     KCORAL_INVARIANT(parts.has_value() && parts->size() == results.parts().size() + 1);
     KCORAL_INVARIANT((*parts)[0].name == "result" && (*parts)[0].content_type == "application/json");
     for (std::size_t i = 0; i < results.parts().size(); ++i) {
@@ -163,7 +165,7 @@ void fuzz_cache_miss(FuzzedDataProvider& in) {
   for (std::string& digest : missing) digest = in.ConsumeRandomLengthString(80);
   kcoral::EncodedResponse response = kcoral::encode_cache_miss(request_id, missing);
   KCORAL_INVARIANT(response.http_status == 200 && response.content_type == "application/json");
-  Json body = parsed(response.body);
+  Json body = parsed(response.body.joined());
   KCORAL_INVARIANT(keys_of(body) == (std::vector<std::string>{"status", "request_id", "missing_blobs"}));
   KCORAL_INVARIANT(body["status"] == "CACHE_MISS");
   check_text(body["request_id"], request_id);
@@ -178,7 +180,7 @@ void fuzz_error(FuzzedDataProvider& in) {
   kcoral::EncodedResponse response = kcoral::encode_error(request_id, error);
   KCORAL_INVARIANT(response.http_status == kcoral::http_status(error.kind));
   KCORAL_INVARIANT(response.content_type == "application/json");
-  Json body = parsed(response.body);
+  Json body = parsed(response.body.joined());
   KCORAL_INVARIANT(keys_of(body) == (std::vector<std::string>{"status", "request_id", "error"}));
   KCORAL_INVARIANT(body["status"] == "ERROR");
   check_text(body["request_id"], request_id);

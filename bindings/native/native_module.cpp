@@ -11,6 +11,7 @@
 
 #include "py_ref.hpp"  // <Python.h> first, as CPython asks
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 
@@ -67,9 +68,18 @@ PyObject* execute(PyObject*, PyObject* args) {
     return nullptr;
   }
   PyBuffer_Release(&body);
-  return Py_BuildValue("(is#y#)", response.http_status, response.content_type.data(),
-                       static_cast<Py_ssize_t>(response.content_type.size()), response.body.data(),
-                       static_cast<Py_ssize_t>(response.body.size()));
+  // The body's pieces copied once, into the bytes object itself.
+  kcoral::cpython::PyRef bytes = kcoral::cpython::PyRef::steal(
+      PyBytes_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(response.body.size())));
+  if (!bytes) return nullptr;
+  char* at = PyBytes_AS_STRING(bytes.get());
+  for (const kcoral::ResponseBody::Piece& piece : response.body.pieces()) {
+    std::string_view data = std::holds_alternative<std::string>(piece) ? std::get<std::string>(piece)
+                                                                        : std::get<kcoral::Blob>(piece).view();
+    at = std::copy(data.begin(), data.end(), at);
+  }
+  return Py_BuildValue("(is#N)", response.http_status, response.content_type.data(),
+                       static_cast<Py_ssize_t>(response.content_type.size()), bytes.release());
 }
 
 #ifdef KCORAL_HAVE_CUDA

@@ -74,7 +74,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   boost::beast::flat_buffer buffer_;
   std::optional<boost::beast::http::request_parser<RequestBody>> parser_;
   std::shared_ptr<HttpResponse> response_;  // alive until written
-  std::optional<boost::beast::http::response_serializer<boost::beast::http::string_body>> serializer_;
+  std::optional<boost::beast::http::response_serializer<ResponseBodyType>> serializer_;
   std::function<void(boost::beast::error_code)> sent_;  // what follows the response's write
   std::size_t header_scanned_ = 0;  // bytes of the buffer searched for the header's end
   std::shared_ptr<boost::beast::http::response<boost::beast::http::empty_body>> continue_;

@@ -15,6 +15,7 @@
 #include "event_log.hpp"
 #include "execute_job.hpp"
 #include "inflight_bytes.hpp"
+#include "response_body.hpp"
 #include "kcoral/blob_store.hpp"
 #include "kcoral/execute.hpp"
 #include "metrics.hpp"
@@ -26,7 +27,7 @@
 namespace kcoral {
 
 using HttpRequest = boost::beast::http::request<RequestBody>;
-using HttpResponse = boost::beast::http::response<boost::beast::http::string_body>;
+using HttpResponse = boost::beast::http::response<ResponseBodyType>;
 
 // The in-flight budget of each tenant (--max-inflight-bytes-per-tenant; 0: all of
 // --max-inflight-bytes for a server of one tenant, else half of it and at least

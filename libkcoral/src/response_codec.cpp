@@ -74,8 +74,38 @@ EncodedResponse encode_program_response(std::string_view request_id, const Progr
   for (std::size_t i = 0; i < result.parts.size(); ++i) names.push_back("return:" + std::to_string(i));
   for (std::size_t i = 0; i < result.parts.size(); ++i)
     parts.push_back({names[i], "application/octet-stream", result.parts[i].view()});
-  EncodedMultipart multipart = encode_multipart(parts);
-  return {200, std::move(multipart.content_type), std::move(multipart.body)};
+  // The JSON part is text; each returned value goes out from its blob, uncopied.
+  MultipartFrame frame = frame_multipart(parts);
+  ResponseBody body(std::move(frame.texts[0]));
+  body.append(std::move(json));
+  for (std::size_t i = 0; i < result.parts.size(); ++i) {
+    body.append(std::move(frame.texts[i + 1]));
+    body.append(result.parts[i]);
+  }
+  body.append(std::move(frame.texts.back()));
+  return {200, std::move(frame.content_type), std::move(body)};
+}
+
+void ResponseBody::append(std::string text) {
+  size_ += text.size();
+  auto* last = pieces_.empty() ? nullptr : std::get_if<std::string>(&pieces_.back());
+  if (last != nullptr) last->append(text);
+  else pieces_.emplace_back(std::move(text));
+}
+
+void ResponseBody::append(Blob blob) {
+  size_ += blob.size();
+  pieces_.emplace_back(std::move(blob));
+}
+
+std::string ResponseBody::joined() const {
+  std::string out;
+  out.reserve(size_);
+  for (const Piece& piece : pieces_) {
+    if (const auto* text = std::get_if<std::string>(&piece)) out.append(*text);
+    else out.append(std::get<Blob>(piece).view());
+  }
+  return out;
 }
 
 EncodedResponse encode_cache_miss(std::string_view request_id,

@@ -133,6 +133,26 @@ TEST_CASE("a blob whose bytes do not hash to its name is rejected") {
   failure(Body{}.program(bytes_program({"x"})).add(name, "application/octet-stream", ""));
 }
 
+TEST_CASE("megabyte blobs, hashed beside their copy, are verified as small ones are") {
+  std::string first(3 << 20, 'a'), second((1 << 20) + 7, 'b');
+  Body good;
+  good.program(bytes_program({first, second})).blob(first).blob(second);
+  auto encoded = good.encode();
+  auto request = parse_execute_request(encoded.content_type, encoded.body, {});
+  REQUIRE_MESSAGE(request.has_value(), request.error().message);
+  CHECK(request->blobs.at(kcoral::sha256_hex(first)).view() == first);
+  CHECK(request->blobs.at(kcoral::sha256_hex(second)).view() == second);
+  // The second one's last byte changed: refused, named by the digest it claimed.
+  std::string altered = second;
+  altered.back() = 'c';
+  auto error = failure(Body{}
+                           .program(bytes_program({first, second}))
+                           .blob(first)
+                           .add("blob:" + kcoral::sha256_hex(second), "application/octet-stream", altered));
+  CHECK(error.message.find("blob part " + kcoral::sha256_hex(second) + " does not match its content") !=
+        std::string::npos);
+}
+
 TEST_CASE("a blob no instruction references is rejected") {
   auto error = failure(Body{}.program(bytes_program({"x"})).blob("x").blob("unused"));
   CHECK(error.message.find("not referenced") != std::string::npos);

@@ -34,7 +34,7 @@ TEST_CASE("a completed program without binary parts is one JSON body with the fi
   auto response = kcoral::encode_program_response("rid", completed_result(), {1.5, 20.25, 0.5, 3});
   CHECK(response.http_status == 200);
   CHECK(response.content_type == "application/json");
-  Json body = Json::parse(response.body);
+  Json body = Json::parse(response.body.joined());
   CHECK(keys_of(body) == std::vector<std::string>{"status", "request_id", "queue_ms", "elapsed_ms", "lease_wait_ms",
                                                   "lease_held_ms", "results", "stdout", "stderr",
                                                   "stdout_truncated", "stderr_truncated"});
@@ -55,15 +55,15 @@ TEST_CASE("results are spliced in verbatim, so integers wider than 64 bits survi
   kcoral::ProgramResult result;
   result.results_json = R"({"big":{"type":"integer","value":1180591620717411303424},"f":{"type":"number","value":0.1}})";
   auto response = kcoral::encode_program_response("r", result, {});
-  CHECK(response.body.find(R"("results":{"big":{"type":"integer","value":1180591620717411303424},)") !=
+  CHECK(response.body.joined().find(R"("results":{"big":{"type":"integer","value":1180591620717411303424},)") !=
         std::string::npos);
-  CHECK(Json::parse(response.body).is_object());
+  CHECK(Json::parse(response.body.joined()).is_object());
 }
 
 TEST_CASE("an empty result object is still an object") {
   kcoral::ProgramResult result;
   auto response = kcoral::encode_program_response("r", result, {});
-  CHECK(Json::parse(response.body)["results"] == Json::object());
+  CHECK(Json::parse(response.body.joined())["results"] == Json::object());
 }
 
 TEST_CASE("binary parts make the response multipart: result first, then return:N in order") {
@@ -76,7 +76,7 @@ TEST_CASE("binary parts make the response multipart: result first, then return:N
   auto response = kcoral::encode_program_response("rid", result, {});
   CHECK(response.http_status == 200);
   REQUIRE(response.content_type.rfind("multipart/form-data; boundary=", 0) == 0);
-  auto parts = kcoral::parse_multipart(response.content_type, response.body, {});
+  auto parts = kcoral::parse_multipart(response.content_type, response.body.joined(), {});
   REQUIRE_MESSAGE(parts.has_value(), parts.error().message);
   REQUIRE(parts->size() == 4);
   CHECK((*parts)[0].name == "result");
@@ -99,7 +99,7 @@ TEST_CASE("a failed program adds the error object last, with every protocol fiel
                                           "check", "Traceback ...", std::nullopt};
   auto response = kcoral::encode_program_response("rid", result, {});
   CHECK(response.http_status == 200);
-  Json body = Json::parse(response.body);
+  Json body = Json::parse(response.body.joined());
   CHECK(body["status"] == "FAILED");
   CHECK(keys_of(body).back() == "error");
   CHECK(body["results"]["n"]["value"] == 42);  // earlier returns are kept
@@ -117,7 +117,7 @@ TEST_CASE("a failed program adds the error object last, with every protocol fiel
 TEST_CASE("an instruction without an id reports instruction_id null") {
   kcoral::ProgramResult result;
   result.error = kcoral::InstructionError{kcoral::ErrorKind::serialization, "m", 0, "return", std::nullopt, "", {}};
-  Json error = Json::parse(kcoral::encode_program_response("r", result, {}).body)["error"];
+  Json error = Json::parse(kcoral::encode_program_response("r", result, {}).body.joined())["error"];
   CHECK(error.contains("instruction_id"));
   CHECK(error["instruction_id"].is_null());
 }
@@ -127,14 +127,14 @@ TEST_CASE("a gpu_access error adds cuda_call, location and interfered_request_id
   result.error = kcoral::InstructionError{
       kcoral::ErrorKind::gpu_access, "CUDA call in a cpu_only function", 2, "run", "r", "",
       kcoral::GpuAccessDetail{"cudaMalloc", "kernel.py:12", std::string("other-request")}};
-  Json error = Json::parse(kcoral::encode_program_response("r", result, {}).body)["error"];
+  Json error = Json::parse(kcoral::encode_program_response("r", result, {}).body.joined())["error"];
   CHECK(error["kind"] == "gpu_access");
   CHECK(error["cuda_call"] == "cudaMalloc");
   CHECK(error["location"] == "kernel.py:12");
   CHECK(error["interfered_request_id"] == "other-request");
 
   result.error->gpu_access = std::nullopt;
-  Json bare = Json::parse(kcoral::encode_program_response("r", result, {}).body)["error"];
+  Json bare = Json::parse(kcoral::encode_program_response("r", result, {}).body.joined())["error"];
   CHECK(bare["cuda_call"] == "");
   CHECK(bare["location"] == "");
   CHECK(bare["interfered_request_id"].is_null());
@@ -146,7 +146,7 @@ TEST_CASE("other error kinds carry no gpu_access fields") {
     CAPTURE(kcoral::to_wire(kind));
     kcoral::ProgramResult result;
     result.error = kcoral::InstructionError{kind, "m", 0, "upload", "x", "", kcoral::GpuAccessDetail{"a", "b", {}}};
-    Json error = Json::parse(kcoral::encode_program_response("r", result, {}).body)["error"];
+    Json error = Json::parse(kcoral::encode_program_response("r", result, {}).body.joined())["error"];
     CHECK(error["kind"] == std::string(kcoral::to_wire(kind)));
     CHECK_FALSE(error.contains("cuda_call"));
     CHECK_FALSE(error.contains("interfered_request_id"));
@@ -159,7 +159,7 @@ TEST_CASE("captured output that is not UTF-8 is replaced, not thrown on") {
   result.error = kcoral::InstructionError{kcoral::ErrorKind::runtime, "bad \xc0", 0, "run", "r", "tb \xed\xa0\x80", {}};
   kcoral::EncodedResponse response;
   CHECK_NOTHROW(response = kcoral::encode_program_response("r", result, {}));
-  Json body = Json::parse(response.body);
+  Json body = Json::parse(response.body.joined());
   std::string out = body["stdout"];
   CHECK(out.rfind("ok ", 0) == 0);
   CHECK(out.find("\xef\xbf\xbd") != std::string::npos);  // U+FFFD
@@ -177,7 +177,7 @@ TEST_CASE("a cache miss lists the missing digests in order") {
   auto response = kcoral::encode_cache_miss("rid", {"bbbb", "aaaa"});
   CHECK(response.http_status == 200);
   CHECK(response.content_type == "application/json");
-  Json body = Json::parse(response.body);
+  Json body = Json::parse(response.body.joined());
   CHECK(keys_of(body) == std::vector<std::string>{"status", "request_id", "missing_blobs"});
   CHECK(body["status"] == "CACHE_MISS");
   CHECK(body["request_id"] == "rid");
@@ -190,7 +190,7 @@ TEST_CASE("an error outside a program has its kind's status and an ERROR body") 
     auto response = kcoral::encode_error("rid", {kind, "because \"quoted\""});
     CHECK(response.http_status == kcoral::http_status(kind));
     CHECK(response.content_type == "application/json");
-    Json body = Json::parse(response.body);
+    Json body = Json::parse(response.body.joined());
     CHECK(keys_of(body) == std::vector<std::string>{"status", "request_id", "error"});
     CHECK(body["status"] == "ERROR");
     CHECK(body["request_id"] == "rid");

@@ -9,10 +9,13 @@
 //   if (!request) return kcoral::encode_error(id, request.error());
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
+#include <variant>
 #include <vector>
 
+#include "kcoral/blob.hpp"
 #include "kcoral/blob_store.hpp"
 #include "kcoral/multipart.hpp"
 #include "kcoral/program.hpp"
@@ -39,10 +42,30 @@ struct ExecuteRequest {
 enum class ResponseStatus { completed, failed, cache_miss, error };
 [[nodiscard]] std::string_view to_wire(ResponseStatus status);
 
+// A response's body as it is sent: text, and between it the returned values' blobs, each
+// sent from its memory file as it lies rather than copied into the body (a 256 MiB answer
+// costs the server its 256 MiB once, not twice).
+class ResponseBody {
+ public:
+  using Piece = std::variant<std::string, Blob>;
+  ResponseBody() = default;
+  ResponseBody(std::string text) { append(std::move(text)); }  // NOLINT: a body of text alone
+  void append(std::string text);  // joined to the text before it, if any
+  void append(Blob blob);
+  [[nodiscard]] const std::vector<Piece>& pieces() const { return pieces_; }
+  [[nodiscard]] std::uint64_t size() const { return size_; }
+  // The whole body in one string: a copy of every piece, for a reader that wants one.
+  [[nodiscard]] std::string joined() const;
+
+ private:
+  std::vector<Piece> pieces_;
+  std::uint64_t size_ = 0;
+};
+
 struct EncodedResponse {
   int http_status = 200;
   std::string content_type;
-  std::string body;
+  ResponseBody body;
 };
 
 // Timings the front measures; docs/protocol.md, "The response".

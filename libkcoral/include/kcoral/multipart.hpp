@@ -43,8 +43,17 @@ struct EncodedMultipart {
   std::string body;
 };
 
-// Encodes parts with a fresh random boundary that occurs in none of them.
+// Encodes parts with a fresh random boundary (128 bits) that occurs in none of them, as far as
+// parts up to 1 MiB are searched; in a larger one it occurs by chance only (multipart.cpp).
 [[nodiscard]] EncodedMultipart encode_multipart(const std::vector<OutgoingPart>& parts);
+
+// The same framing without the parts' data, for a body that sends the data from where it
+// lies: texts[i] goes before part i's data, and texts[parts.size()] after the last.
+struct MultipartFrame {
+  std::string content_type;  // "multipart/form-data; boundary=..."
+  std::vector<std::string> texts;
+};
+[[nodiscard]] MultipartFrame frame_multipart(const std::vector<OutgoingPart>& parts);
 
 // The media type of a Content-Type value: lowercased, parameters and spaces dropped.
 [[nodiscard]] std::string media_type(std::string_view content_type);

@@ -95,7 +95,7 @@ TEST_CASE("GET /metrics is Prometheus text with the pool's load and the cache's 
   REQUIRE(routed.response.has_value());
   CHECK(routed.response->result() == http::status::ok);
   CHECK(header(*routed.response, "Content-Type") == "text/plain; version=0.0.4; charset=utf-8");
-  const std::string& text = routed.response->body();
+  const std::string text = routed.response->body().joined();
   CHECK(text.find("kcoral_workers_capacity " + std::to_string(server.pool.load().capacity) + "\n") !=
         std::string::npos);
   CHECK(text.find("kcoral_blob_cache_bytes 6\n") != std::string::npos);
@@ -321,7 +321,8 @@ TEST_CASE("finish_execute sends binary parts as multipart") {
   CHECK(response.result() == http::status::ok);
   CHECK(header(response, "Content-Type").rfind("multipart/form-data; boundary=", 0) == 0);
   CHECK_FALSE(response.keep_alive());
-  auto parts = kcoral::parse_multipart(header(response, "Content-Type"), response.body(), {});
+  const std::string body = response.body().joined();
+  auto parts = kcoral::parse_multipart(header(response, "Content-Type"), body, {});
   REQUIRE(parts.has_value());
   CHECK((*parts)[1].data == "bytes");
 }
@@ -370,7 +371,7 @@ TEST_CASE("/execute outcomes are counted in the metrics") {
   (void)kcoral::finish_execute(job, {kcoral::ProgramResult{}, {}}, server.state, 11, true);
   (void)kcoral::finish_execute(job, {kcoral::fail(kcoral::ErrorKind::timeout, "t"), {}}, server.state, 11, true);
   auto metrics = server.get("/metrics");
-  const std::string& text = metrics.response->body();
+  const std::string text = metrics.response->body().joined();
   for (const char* line : {"outcome=\"rejected\"} 1\n", "outcome=\"cache_miss\"} 1\n", "outcome=\"failed\"} 1\n",
                            "outcome=\"completed\"} 1\n", "outcome=\"timeout\"} 1\n", "outcome=\"busy\"} 0\n",
                            "kcoral_execute_duration_seconds_count 5\n"}) {
@@ -442,7 +443,7 @@ TEST_CASE("/metrics counts each tenant by its name, and never shows a token") {
   (void)kcoral::finish_execute(job, {kcoral::ProgramResult{}, {2.5, 1, 0, 0}}, server.state, 11, true);
   auto metrics = server.get("/metrics", "token-a");
   REQUIRE(metrics.response.has_value());
-  const std::string& text = metrics.response->body();
+  const std::string text = metrics.response->body().joined();
   for (const char* line : {"kcoral_tenant_execute_requests_total{tenant=\"bob\",outcome=\"cache_miss\"} 1\n",
                            "kcoral_tenant_execute_requests_total{tenant=\"bob\",outcome=\"completed\"} 1\n",
                            "kcoral_tenant_execute_requests_total{tenant=\"alice\",outcome=\"completed\"} 0\n",

@@ -58,7 +58,7 @@ struct ServerFixture {
   }
 };
 
-inline Json body_of(const HttpResponse& response) { return Json::parse(response.body()); }
+inline Json body_of(const HttpResponse& response) { return Json::parse(response.body().joined()); }
 
 inline std::string header(const HttpResponse& response, std::string_view name) {
   auto it = response.find(boost::beast::string_view(name.data(), name.size()));
