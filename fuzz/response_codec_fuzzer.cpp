@@ -118,14 +118,14 @@ void fuzz_program_response(FuzzedDataProvider& in) {
 
   kcoral::EncodedResponse response = kcoral::encode_program_response(request_id, result, timings);
   KCORAL_INVARIANT(response.http_status == 200);
-  const std::string body = response.body.joined();
-  KCORAL_INVARIANT(body.size() == response.body.size());
-  std::string_view json_text = body;
+  const std::string joined = response.body.joined();
+  KCORAL_INVARIANT(joined.size() == response.body.size());
+  std::string_view json_text = joined;
   if (results.parts().empty()) {
     KCORAL_INVARIANT(response.content_type == "application/json");
   } else {
     KCORAL_INVARIANT(response.content_type.starts_with("multipart/form-data; boundary="));
-    auto parts = kcoral::parse_multipart(response.content_type, body, {});
+    auto parts = kcoral::parse_multipart(response.content_type, joined, {});
     KCORAL_INVARIANT(parts.has_value() && parts->size() == results.parts().size() + 1);
     KCORAL_INVARIANT((*parts)[0].name == "result" && (*parts)[0].content_type == "application/json");
     for (std::size_t i = 0; i < results.parts().size(); ++i) {

@@ -24,6 +24,7 @@
 #include <thread>
 
 #include "courier.hpp"
+#include "front_stand_in.hpp"
 #include "libkcoral/executor_support.hpp"
 #include "libkcoral/temp_dir.hpp"
 #include "program_process.hpp"
@@ -34,50 +35,7 @@ using Json = nlohmann::json;
 
 namespace {
 
-// The front's end of the channel, for the thread that plays it.
-struct Front {
-  kcoral::Channel channel;
-
-  // The next message, waited for at most ten seconds; nullopt when the worker closed the
-  // channel (it exited) or nothing came.
-  std::optional<messages::Received> next() {
-    pollfd readable{channel.fd(), POLLIN, 0};
-    if (::poll(&readable, 1, 10000) != 1) return std::nullopt;
-    auto received = messages::receive(channel);
-    if (!received || !*received) return std::nullopt;
-    return std::move(**received);
-  }
-  // The next message, which must be a T.
-  template <class T>
-  std::optional<T> expect(std::vector<kcoral::UniqueFd>* fds = nullptr) {
-    auto received = next();
-    if (!received) return std::nullopt;
-    auto* message = std::get_if<T>(&received->message);
-    if (message == nullptr) return std::nullopt;
-    if (fds != nullptr) *fds = std::move(received->fds);
-    return std::move(*message);
-  }
-  bool send(const messages::Message& message, std::vector<int> fds = {}) {
-    return messages::send(channel, message, fds).has_value();
-  }
-  // A built program's blobs, then its text (`text`, when given, in place of the program's).
-  bool send_job(const kcoral::BuiltProgram& built, std::optional<std::string> text = std::nullopt) {
-    messages::Blobs blobs;
-    std::vector<int> fds;
-    for (const auto& [digest, blob] : built.blobs) {
-      blobs.digests.push_back(digest);
-      blobs.files.push_back(fds.size());
-      blobs.offsets.push_back(blob.offset());
-      blobs.sizes.push_back(blob.size());
-      fds.push_back(blob.fd());
-    }
-    blobs.file_count = fds.size();
-    if (!blobs.digests.empty() && !send(blobs, fds)) return false;
-    auto program = kcoral::Blob::copy_of(text.value_or(built.program.to_json()));
-    if (!program) return false;
-    return send(messages::RunProgram{"request-1", 1 << 20, 1 << 20}, {program->fd()});
-  }
-};
+using Front = kcoral::test::FrontStandIn;
 
 // What the front heard during one worker's life, and how that life ended.
 struct Life {
@@ -93,7 +51,7 @@ struct Life {
 Life live(const kcoral::ProgramProcessOptions& options, const std::function<void(Front&, Life&)>& script) {
   auto pair = kcoral::Channel::socket_pair();
   REQUIRE(pair.has_value());
-  Front front{kcoral::Channel(std::move(pair->first))};
+  Front front{kcoral::Channel(std::move(pair->first)), {}};
   auto courier = kcoral::Courier::start(std::move(pair->second));
   REQUIRE_MESSAGE(courier.has_value(), courier.error().message);
   Life life;

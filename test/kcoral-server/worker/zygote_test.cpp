@@ -47,6 +47,7 @@
 #include "libkcoral/executor_support.hpp"
 #include "libkcoral/temp_dir.hpp"
 #include "messages.hpp"
+#include "front_stand_in.hpp"
 #include "process.hpp"
 #include "process_tree.hpp"
 #include "zygote.hpp"
@@ -57,71 +58,8 @@ using Json = nlohmann::json;
 
 namespace {
 
-// How long anything awaited may take before the test gives up on it.
-constexpr int kWaitMs = 30000;
-
-// The front's end of a channel (the zygote's control channel, or a worker's).
-struct Front {
-  kcoral::Channel channel;
-  std::string heard;  // every message's name in order, with a failure's reason: for a failed check
-
-  // The next message, waited for at most kWaitMs; nullopt when the peer closed the channel
-  // or nothing came.
-  std::optional<messages::Received> next() {
-    pollfd readable{channel.fd(), POLLIN, 0};
-    if (::poll(&readable, 1, kWaitMs) != 1) {
-      heard += "(nothing came) ";
-      return std::nullopt;
-    }
-    auto received = messages::receive(channel);
-    if (!received || !*received) {
-      heard += "(closed) ";
-      return std::nullopt;
-    }
-    const messages::Message& message = (*received)->message;
-    heard += std::string(messages::name_of(message));
-    if (const auto* failed = std::get_if<messages::ZygoteFailed>(&message)) heard += " (" + failed->message + ")";
-    if (const auto* failed = std::get_if<messages::Failed>(&message)) heard += " (" + failed->message + ")";
-    heard += " ";
-    return std::move(**received);
-  }
-  // The next message, which must be a T (with its descriptors in `fds`, when given).
-  template <class T>
-  std::optional<T> expect(std::vector<kcoral::UniqueFd>* fds = nullptr) {
-    auto received = next();
-    if (!received) return std::nullopt;
-    auto* message = std::get_if<T>(&received->message);
-    if (message == nullptr) return std::nullopt;
-    if (fds != nullptr) *fds = std::move(received->fds);
-    return std::move(*message);
-  }
-  bool send(const messages::Message& message, std::vector<int> fds = {}) {
-    return messages::send(channel, message, fds).has_value();
-  }
-  // A built program's blobs, then its text.
-  bool send_job(const kcoral::BuiltProgram& built) {
-    messages::Blobs blobs;
-    std::vector<int> fds;
-    for (const auto& [digest, blob] : built.blobs) {
-      blobs.digests.push_back(digest);
-      blobs.files.push_back(fds.size());
-      blobs.offsets.push_back(blob.offset());
-      blobs.sizes.push_back(blob.size());
-      fds.push_back(blob.fd());
-    }
-    blobs.file_count = fds.size();
-    if (!blobs.digests.empty() && !send(blobs, fds)) return false;
-    auto program = kcoral::Blob::copy_of(built.program.to_json());
-    if (!program) return false;
-    return send(messages::RunProgram{"request-1", 1 << 20, 1 << 20}, {program->fd()});
-  }
-  // Messages until the program's result (progress and the like skipped); nullopt when none came.
-  std::optional<messages::RunResult> result() {
-    while (auto received = next())
-      if (auto* result = std::get_if<messages::RunResult>(&received->message)) return std::move(*result);
-    return std::nullopt;
-  }
-};
+using Front = kcoral::test::FrontStandIn;
+using kcoral::test::kWaitMs;
 
 // The pid that the pidfd `fd` names (/proc/self/fdinfo); -1 for a process already reaped,
 // or when `fd` is not a pidfd.
