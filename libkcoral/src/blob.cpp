@@ -90,7 +90,7 @@ Result<Blob> Blob::map(UniqueFd fd, std::size_t size, std::size_t parts) {
   mapping->size = size;
   mapping->parts = parts;
   if (mapping->size > 0) {
-    void* address = ::mmap(nullptr, mapping->size, PROT_READ, MAP_SHARED | MAP_POPULATE, fd.get(), 0);
+    void* address = ::mmap(nullptr, mapping->size, PROT_READ, MAP_SHARED, fd.get(), 0);
     if (address == MAP_FAILED) return system_error("mapping a blob");
     mapping->address = address;
   }

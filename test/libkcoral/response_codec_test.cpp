@@ -76,7 +76,8 @@ TEST_CASE("binary parts make the response multipart: result first, then return:N
   auto response = kcoral::encode_program_response("rid", result, {});
   CHECK(response.http_status == 200);
   REQUIRE(response.content_type.rfind("multipart/form-data; boundary=", 0) == 0);
-  auto parts = kcoral::parse_multipart(response.content_type, response.body.joined(), {});
+  const std::string body_text = response.body.joined();  // the parts below are views of it
+  auto parts = kcoral::parse_multipart(response.content_type, body_text, {});
   REQUIRE_MESSAGE(parts.has_value(), parts.error().message);
   REQUIRE(parts->size() == 4);
   CHECK((*parts)[0].name == "result");
@@ -91,6 +92,30 @@ TEST_CASE("binary parts make the response multipart: result first, then return:N
     CHECK((*parts)[i + 1].content_type == "application/octet-stream");
     CHECK((*parts)[i + 1].data == result.parts[i].view());
   }
+}
+
+TEST_CASE("megabyte parts go out from their blobs, uncopied, and the body they make parses back whole") {
+  kcoral::ProgramResult result = completed_result();
+  std::string first(std::size_t{3} << 20, 'a'), second((std::size_t{2} << 20) + 1, '\0');
+  for (std::size_t i = 0; i < second.size(); ++i) second[i] = static_cast<char>(i * 131 % 251);
+  for (const std::string& data : {first, second}) {
+    auto blob = kcoral::Blob::copy_of(data);
+    REQUIRE(blob.has_value());
+    result.parts.push_back(*blob);
+  }
+  auto response = kcoral::encode_program_response("rid", result, {});
+  // The pieces: text, blob, text, blob, text; each blob piece the part's own memory.
+  const auto& pieces = response.body.pieces();
+  REQUIRE(pieces.size() == 5);
+  CHECK(std::get<kcoral::Blob>(pieces[1]).view().data() == result.parts[0].view().data());
+  CHECK(std::get<kcoral::Blob>(pieces[3]).view().data() == result.parts[1].view().data());
+  const std::string body_text = response.body.joined();
+  CHECK(body_text.size() == response.body.size());
+  auto parts = kcoral::parse_multipart(response.content_type, body_text, {});
+  REQUIRE_MESSAGE(parts.has_value(), parts.error().message);
+  REQUIRE(parts->size() == 3);
+  CHECK((*parts)[1].data == first);
+  CHECK((*parts)[2].data == second);
 }
 
 TEST_CASE("a failed program adds the error object last, with every protocol field") {

@@ -43,8 +43,7 @@ struct EncodedMultipart {
   std::string body;
 };
 
-// Encodes parts with a fresh random boundary (128 bits) that occurs in none of them, as far as
-// parts up to 1 MiB are searched; in a larger one it occurs by chance only (multipart.cpp).
+// Encodes parts with a fresh random boundary that occurs in none of them.
 [[nodiscard]] EncodedMultipart encode_multipart(const std::vector<OutgoingPart>& parts);
 
 // The same framing without the parts' data, for a body that sends the data from where it

@@ -8,7 +8,9 @@
 // the in-flight budget is answered 503 with Retry-After and its bytes released; a stalled
 // body is answered 408; an idle connection and an unfinished header are closed at their
 // timeouts and counted; Expect: 100-continue is answered before the body comes; an
-// overflow session serves /health and /metrics once and refuses the rest 503; while a
+// overflow session serves /health and /metrics once and refuses the rest 503; bodies of
+// megabytes, chunked in every size with chunk headers split across reads or of declared
+// length in odd pieces, arrive whole and leave the next request's bytes to it; while a
 // program waits, a client that goes away has it taken from the queue, and one that sends
 // its next request has both answered in turn. Every session ends with its connection.
 #include <doctest/doctest.h>
@@ -66,6 +68,11 @@ struct Server {
   void pump() {
     io.restart();
     io.run_for(5ms);
+  }
+  // Runs what is ready now, waiting for nothing.
+  void poll() {
+    io.restart();
+    io.poll();
   }
   template <class Predicate>
   bool pump_until(Predicate done) {
@@ -329,6 +336,76 @@ TEST_CASE("a declared body over the limit is answered 413 at once, its request i
   client.close();
   CHECK(server.pump_until([&] { return server.state.connections == 0; }));
   CHECK(server.state.inflight.used() == 0);
+}
+
+// A request whose blob part's bytes do not hash to the digest it claims: the server's
+// answer names the SHA-256 of the bytes it received, so a test can tell they came whole.
+struct MismatchedBlob {
+  std::string body;
+  std::string content_type;
+  std::string received_digest;  // of the bytes sent
+};
+MismatchedBlob mismatched_blob(std::size_t size) {
+  std::string claimed(size, '\0'), sent;
+  std::uint64_t state = 0x9e3779b97f4a7c15ull;
+  for (char& c : claimed) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    c = static_cast<char>(state >> 56);
+  }
+  sent = claimed;
+  sent[size / 2] ^= 1;
+  std::string digest = kcoral::sha256_hex(claimed);
+  std::string program = R"({"instructions":[{"op":"upload","id":"b","kind":"bytes","blob":")" + digest + "\"}]}";
+  std::string name = "blob:" + digest;
+  auto encoded = kcoral::encode_multipart(
+      {{"program", "application/json", program}, {name, "application/octet-stream", sent}});
+  return {encoded.body, encoded.content_type, kcoral::sha256_hex(sent)};
+}
+
+TEST_CASE("a multi-megabyte chunked body in chunks of every size, their headers split across reads, arrives "
+          "whole, and the pipelined request after it is answered") {
+  Server server;
+  Client client(server);
+  MismatchedBlob blob = mismatched_blob(std::size_t{3} << 20);
+  REQUIRE(client.send("POST /execute HTTP/1.1\r\nHost: test\r\nContent-Type: " + blob.content_type +
+                      "\r\nTransfer-Encoding: chunked\r\n\r\n"));
+  // Chunks of 1 byte to 64 KiB; each chunk's header sent in two pieces, the server's io run
+  // between them, so that a read ends inside it.
+  std::uint64_t state = 7;
+  for (std::size_t at = 0; at < blob.body.size();) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    std::size_t size = std::min<std::size_t>(blob.body.size() - at, 1 + (state >> 33) % (state % 4 == 0 ? 65536 : 300));
+    char header[32];
+    int length = std::snprintf(header, sizeof header, "%zx\r\n", size);
+    REQUIRE(client.send(std::string_view(header, 1)));
+    server.poll();
+    REQUIRE(client.send(std::string(header + 1, static_cast<std::size_t>(length - 1)) + blob.body.substr(at, size) +
+                        "\r\n"));
+    at += size;
+  }
+  REQUIRE(client.send("0\r\n\r\nGET /health HTTP/1.1\r\nHost: test\r\n\r\n"));
+  Response refused = client.read_response();
+  CHECK(refused.status == 400);
+  CHECK(error_message(refused).find("(SHA-256 " + blob.received_digest + ")") != std::string::npos);
+  CHECK(client.read_response().status == 200);
+}
+
+TEST_CASE("a multi-megabyte body of declared length, sent in odd pieces, arrives whole; the bytes after it are the "
+          "next request") {
+  Server server;
+  Client client(server);
+  MismatchedBlob blob = mismatched_blob((std::size_t{5} << 20) + 3);
+  std::string stream = "POST /execute HTTP/1.1\r\nHost: test\r\nContent-Type: " + blob.content_type +
+                       "\r\nContent-Length: " + std::to_string(blob.body.size()) + "\r\n\r\n" + blob.body +
+                       "GET /health HTTP/1.1\r\nHost: test\r\n\r\n";
+  for (std::size_t at = 0, piece = 1; at < stream.size(); at += piece, piece = piece * 3 % 999983 + 1) {
+    REQUIRE(client.send(std::string_view(stream).substr(at, piece)));
+    server.poll();
+  }
+  Response refused = client.read_response();
+  CHECK(refused.status == 400);
+  CHECK(error_message(refused).find("(SHA-256 " + blob.received_digest + ")") != std::string::npos);
+  CHECK(client.read_response().status == 200);
 }
 
 TEST_CASE("a chunked body is answered 413 as soon as it passes the limit") {

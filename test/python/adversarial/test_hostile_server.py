@@ -397,6 +397,7 @@ def number_node(literal: str) -> bytes:
 
 
 BYTES_NODE = {"type": "bytes", "part": "return:0", "sha256": sha256_hex(b"data")}
+BIG = bytes(range(256)) * (3 << 12)  # 3 MiB
 MALFORMED = {
     "not JSON": (b"{\"status\": ", "application/json"),
     "not UTF-8": (b'{"status": "\xff"}', "application/json"),
@@ -426,6 +427,14 @@ MALFORMED = {
         "type": "tensor", "dtype": "float32", "shape": [0, 10**30], "part": "return:0",
         "sha256": sha256_hex(b"")}}), b""),
     "a status of an HTML page": (b"<html>hello</html>", "text/html"),
+    # Megabyte parts are hashed on a thread beside their copy: a mismatch is still refused,
+    # and it is the error even where the copy fails too (a tensor its bytes cannot fill).
+    "a 3 MiB part that does not match its sha256": multipart(
+        completed({"b": {"type": "bytes", "part": "return:0", "sha256": sha256_hex(BIG)}}),
+        BIG[:-1] + b"!"),
+    "a 3 MiB tensor part of another sha256 and the wrong shape": multipart(completed({"t": {
+        "type": "tensor", "dtype": "float32", "shape": [5], "part": "return:0",
+        "sha256": sha256_hex(b"other")}}), BIG),
 }
 
 
@@ -437,6 +446,8 @@ def test_a_malformed_answer_is_a_protocol_error(hostile, name):
         _, error, _ = run_within(20, lambda: client.execute(program()))
     assert isinstance(error, ProtocolError), repr(error)
     assert len(str(error)) < 2000
+    if "sha256" in name:
+        assert "does not match its sha256" in str(error), str(error)
 
 
 @pytest.mark.parametrize(
