@@ -78,8 +78,8 @@ PyObject* execute(PyObject*, PyObject* args) {
                                                                         : std::get<kcoral::Blob>(piece).view();
     at = std::copy(data.begin(), data.end(), at);
   }
-  return Py_BuildValue("(is#N)", response.http_status, response.content_type.data(),
-                       static_cast<Py_ssize_t>(response.content_type.size()), bytes.release());
+  return Py_BuildValue("(is#O)", response.http_status, response.content_type.data(),
+                       static_cast<Py_ssize_t>(response.content_type.size()), bytes.get());
 }
 
 #ifdef KCORAL_HAVE_CUDA
@@ -162,31 +162,31 @@ PyObject* benchmark(PyObject*, PyObject* args) {
     }
   }();
   if (!report) return python_failed ? nullptr : raise_error(report.error());
+  // Each object the report holds is owned here, so a failure part-way leaks none of them.
+  using kcoral::cpython::PyRef;
   auto optional_clock = [](const std::optional<unsigned>& mhz) {
-    return mhz ? PyLong_FromUnsignedLong(*mhz) : Py_NewRef(Py_None);
+    return mhz ? PyRef::steal(PyLong_FromUnsignedLong(*mhz)) : PyRef::borrow(Py_None);
   };
-  auto names = [](const std::vector<std::string>& activities) -> PyObject* {
-    kcoral::cpython::PyRef list = kcoral::cpython::PyRef::steal(PyList_New(0));
-    if (!list) return nullptr;
-    for (const std::string& name : activities) {
-      kcoral::cpython::PyRef item =
-          kcoral::cpython::PyRef::steal(PyUnicode_DecodeUTF8(name.data(), static_cast<Py_ssize_t>(name.size()), "replace"));
-      if (!item || PyList_Append(list.get(), item.get()) != 0) return nullptr;
-    }
-    return list.release();
-  };
+  PyRef activities = PyRef::steal(PyList_New(0));
+  if (!activities) return nullptr;
+  for (const std::string& name : report->activities) {
+    PyRef item = PyRef::steal(PyUnicode_DecodeUTF8(name.data(), static_cast<Py_ssize_t>(name.size()), "replace"));
+    if (!item || PyList_Append(activities.get(), item.get()) != 0) return nullptr;
+  }
+  PyRef clock_min = optional_clock(report->sm_clock_mhz_min);
+  PyRef clock_max = optional_clock(report->sm_clock_mhz_max);
+  if (!clock_min || !clock_max) return nullptr;
   return Py_BuildValue(
-      "{s:d,s:d,s:d,s:d,s:d,s:d,s:L,s:L,s:O,s:O,s:L,s:N,s:L,s:N,s:N}", "latency_ms_median",
+      "{s:d,s:d,s:d,s:d,s:d,s:d,s:L,s:L,s:O,s:O,s:L,s:O,s:L,s:O,s:O}", "latency_ms_median",
       report->latency_ms_median, "latency_ms_mean", report->latency_ms_mean, "latency_ms_min",
       report->latency_ms_min, "latency_ms_max", report->latency_ms_max, "latency_ms_p10",
       report->latency_ms_p10, "latency_ms_p90", report->latency_ms_p90, "warmup",
       static_cast<long long>(report->warmup), "repeat", static_cast<long long>(report->repeat),
       "flush_l2", report->flush_l2 ? Py_True : Py_False, "activities_stable",
       report->activities_stable ? Py_True : Py_False, "activities_per_call",
-      static_cast<long long>(report->activities_per_call), "activities", names(report->activities),
+      static_cast<long long>(report->activities_per_call), "activities", activities.get(),
       "calls_with_other_activities", static_cast<long long>(report->calls_with_other_activities),
-      "sm_clock_mhz_min",
-      optional_clock(report->sm_clock_mhz_min), "sm_clock_mhz_max", optional_clock(report->sm_clock_mhz_max));
+      "sm_clock_mhz_min", clock_min.get(), "sm_clock_mhz_max", clock_max.get());
 }
 #endif
 

@@ -3,6 +3,7 @@
 
 #include <cstdlib>
 #include <mutex>
+#include <utility>
 
 #include "cuda_api.hpp"
 
@@ -74,17 +75,26 @@ Result<ActivityRecorder*> ActivityRecorder::get() {
   return recorder;
 }
 
-Status ActivityRecorder::enable() {
+Result<ActivityRecorder::Recording> ActivityRecorder::record() {
   const CuptiApi* cupti = cupti_api();
-  for (CUpti_ActivityKind kind : kKinds) KCORAL_CUPTI_TRY(cupti->cuptiActivityEnable(kind));
+  Recording recording;
+  for (CUpti_ActivityKind kind : kKinds) {
+    KCORAL_CUPTI_TRY(cupti->cuptiActivityEnable(kind));  // the kinds already on go off with `recording`
+    ++recording.enabled_;
+  }
   (void)collect();
-  return {};
+  return recording;
 }
 
-void ActivityRecorder::disable() {
+ActivityRecorder::Recording::Recording(Recording&& other) noexcept : enabled_(std::exchange(other.enabled_, 0)) {}
+
+ActivityRecorder::Recording::~Recording() {
+  if (enabled_ == 0) return;
   const CuptiApi* cupti = cupti_api();
-  for (CUpti_ActivityKind kind : kKinds) (void)cupti->cuptiActivityDisable(kind);
-  (void)collect();
+  for (std::size_t i = 0; i < enabled_; ++i) (void)cupti->cuptiActivityDisable(kKinds[i]);
+  (void)cupti->cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+  std::lock_guard lock(records_mutex);
+  records.clear();
 }
 
 std::vector<GpuActivity> ActivityRecorder::collect() {

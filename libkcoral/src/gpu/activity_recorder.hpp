@@ -2,10 +2,12 @@
 //
 // CUPTI's activity API has one set of buffer callbacks per process, so there is one
 // recorder per process. It needs no subscriber: it coexists with the GpuAccessGuard's
-// callback subscription. Recording is off until enable(); collect() forces CUPTI to hand
-// over what it has and returns the records gathered since the last collect(). Thread-safe.
+// callback subscription. Recording is on while a Recording from record() lives; collect()
+// forces CUPTI to hand over what it has and returns the records gathered since the last
+// collect(). Thread-safe.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -24,17 +26,34 @@ struct GpuActivity {
 
 class ActivityRecorder {
  public:
+  class Recording;
+
   // The process's recorder; fails when CUPTI cannot be loaded or set up.
   [[nodiscard]] static Result<ActivityRecorder*> get();
 
-  [[nodiscard]] Status enable();
-  void disable();
+  // Records from now until the returned Recording goes.
+  [[nodiscard]] Result<Recording> record();
   [[nodiscard]] std::vector<GpuActivity> collect();
   // The current CUPTI timestamp, on the clock of the records.
   [[nodiscard]] std::uint64_t now_ns() const;
 
  private:
   ActivityRecorder() = default;
+};
+
+// CUPTI records while one lives: the activity kinds record() enabled are disabled, and
+// what was recorded but not collected dropped, when it goes, however its scope ends.
+class ActivityRecorder::Recording {
+ public:
+  Recording(Recording&& other) noexcept;
+  Recording& operator=(Recording&&) = delete;
+  ~Recording();
+
+ private:
+  friend class ActivityRecorder;
+  Recording() = default;
+
+  std::size_t enabled_ = 0;  // how many of the recorded kinds are on; 0 once moved from
 };
 
 }  // namespace kcoral::gpu

@@ -159,7 +159,8 @@ Result<BenchmarkReport> run_benchmark(const BenchmarkCall& call, const Benchmark
   }
   KCORAL_CU_TRY(cuda->cuCtxSynchronize());
 
-  KCORAL_TRY((*recorder)->enable());
+  auto recording = (*recorder)->record();
+  if (!recording) return std::unexpected(recording.error());
   std::string uuid = current_device_uuid(*cuda);
   std::vector<unsigned> clocks;
   std::vector<CallTrace> traces;
@@ -204,7 +205,6 @@ Result<BenchmarkReport> run_benchmark(const BenchmarkCall& call, const Benchmark
     if (!trace.activities.empty()) trace.span_ms = static_cast<double>(last - first) / 1e6;
     traces.push_back(std::move(trace));
   }
-  (*recorder)->disable();
   if (!loop) return std::unexpected(loop.error());
 
   std::vector<double> spans;
@@ -241,7 +241,8 @@ Result<BenchmarkReport> run_benchmark(const BenchmarkCall& call, const Benchmark
 void prepare_benchmark() {
   const DriverApi* cuda = driver_api();
   if (cuda == nullptr) return;
-  if (auto recorder = ActivityRecorder::get(); recorder && (*recorder)->enable()) (*recorder)->disable();
+  // CUPTI sets itself up on its first recording: here, before any program's timing.
+  if (auto recorder = ActivityRecorder::get(); recorder) (void)(*recorder)->record();
   if (std::string uuid = current_device_uuid(*cuda); !uuid.empty()) (void)sm_clock_mhz(uuid);
 }
 

@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 #include <mutex>
+#include <utility>
 
 namespace kcoral::gpu {
 namespace {
@@ -37,6 +38,8 @@ std::string load_driver(DriverApi& api) {
   KCORAL_LOAD(api, handle, cuDeviceGetAttribute);
   KCORAL_LOAD(api, handle, cuDeviceGetUuid);
   KCORAL_LOAD(api, handle, cuDevicePrimaryCtxRetain);
+  KCORAL_LOAD(api, handle, cuDevicePrimaryCtxRelease);
+  KCORAL_LOAD(api, handle, cuDevicePrimaryCtxGetState);
   KCORAL_LOAD(api, handle, cuCtxSetCurrent);
   KCORAL_LOAD(api, handle, cuCtxGetCurrent);
   KCORAL_LOAD(api, handle, cuCtxGetDevice);
@@ -99,6 +102,37 @@ const CuptiApi* cupti_api() {
 std::string load_error() {
   std::lock_guard lock(mutex);
   return error_text;
+}
+
+Result<PrimaryContext> PrimaryContext::retain(const DriverApi& cuda, int ordinal) {
+  KCORAL_CU_TRY(cuda.cuInit(0));
+  CUdevice device = 0;
+  KCORAL_CU_TRY(cuda.cuDeviceGet(&device, ordinal));
+  CUcontext context = nullptr;
+  KCORAL_CU_TRY(cuda.cuDevicePrimaryCtxRetain(&context, device));
+  return PrimaryContext(cuda, device, context);
+}
+
+PrimaryContext::PrimaryContext(PrimaryContext&& other) noexcept
+    : cuda_(std::exchange(other.cuda_, nullptr)), device_(other.device_), context_(std::exchange(other.context_, nullptr)) {}
+
+PrimaryContext& PrimaryContext::operator=(PrimaryContext&& other) noexcept {
+  if (this != &other) {
+    release();
+    cuda_ = std::exchange(other.cuda_, nullptr);
+    device_ = other.device_;
+    context_ = std::exchange(other.context_, nullptr);
+  }
+  return *this;
+}
+
+PrimaryContext::~PrimaryContext() { release(); }
+
+void PrimaryContext::release() {
+  // The driver may already be shut down at process exit; there is nothing left to release then.
+  if (cuda_ != nullptr) (void)cuda_->cuDevicePrimaryCtxRelease(device_);
+  cuda_ = nullptr;
+  context_ = nullptr;
 }
 
 // "cuda->cuCtxSynchronize()" -> "cuCtxSynchronize"

@@ -25,6 +25,8 @@ struct DriverApi {
   decltype(&::cuDeviceGetAttribute) cuDeviceGetAttribute;
   decltype(&::cuDeviceGetUuid) cuDeviceGetUuid;
   decltype(&::cuDevicePrimaryCtxRetain) cuDevicePrimaryCtxRetain;
+  decltype(&::cuDevicePrimaryCtxRelease) cuDevicePrimaryCtxRelease;
+  decltype(&::cuDevicePrimaryCtxGetState) cuDevicePrimaryCtxGetState;
   decltype(&::cuCtxSetCurrent) cuCtxSetCurrent;
   decltype(&::cuCtxGetCurrent) cuCtxGetCurrent;
   decltype(&::cuCtxGetDevice) cuCtxGetDevice;
@@ -54,6 +56,27 @@ struct CuptiApi {
 [[nodiscard]] const DriverApi* driver_api();
 [[nodiscard]] const CuptiApi* cupti_api();
 [[nodiscard]] std::string load_error();
+
+// A device's primary context (the one torch, Triton and TVM share), retained while this
+// lives and released when it goes. Move-only: each retain has exactly one release.
+class PrimaryContext {
+ public:
+  [[nodiscard]] static Result<PrimaryContext> retain(const DriverApi& cuda, int ordinal);
+  PrimaryContext(PrimaryContext&& other) noexcept;
+  PrimaryContext& operator=(PrimaryContext&& other) noexcept;
+  ~PrimaryContext();
+
+  [[nodiscard]] CUcontext get() const { return context_; }
+
+ private:
+  PrimaryContext(const DriverApi& cuda, CUdevice device, CUcontext context)
+      : cuda_(&cuda), device_(device), context_(context) {}
+  void release();
+
+  const DriverApi* cuda_ = nullptr;  // nullptr once released or moved from
+  CUdevice device_ = 0;
+  CUcontext context_ = nullptr;
+};
 
 // "cuCtxSynchronize: CUDA_ERROR_ILLEGAL_ADDRESS (an illegal memory access was encountered)"
 [[nodiscard]] std::string describe(CUresult result, const char* call);

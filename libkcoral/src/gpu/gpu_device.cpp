@@ -64,13 +64,14 @@ class GpuDevice final : public Device {
   }
 
   Status prepare() override {
-    // The context the frameworks (torch, triton, TVM) share: the device's primary one.
-    KCORAL_CU_TRY(cuda_.cuInit(0));
-    CUdevice device;
-    KCORAL_CU_TRY(cuda_.cuDeviceGet(&device, 0));
-    CUcontext context = nullptr;
-    KCORAL_CU_TRY(cuda_.cuDevicePrimaryCtxRetain(&context, device));
-    KCORAL_CU_TRY(cuda_.cuCtxSetCurrent(context));
+    // The context the frameworks (torch, triton, TVM) share: the device's primary one,
+    // retained once for the life of this device.
+    if (!context_) {
+      auto context = gpu::PrimaryContext::retain(cuda_, 0);
+      if (!context) return std::unexpected(context.error());
+      context_ = std::move(*context);
+    }
+    KCORAL_CU_TRY(cuda_.cuCtxSetCurrent(context_->get()));
     try {
       KCORAL_PY_CHECK(PyObject_CallMethod(support_.get(), "prepare_cuda", nullptr));
     } catch (const cpython::PythonException& e) {
@@ -118,6 +119,7 @@ class GpuDevice final : public Device {
 
   PyRef support_;
   const gpu::DriverApi& cuda_;
+  std::optional<gpu::PrimaryContext> context_;  // from the first prepare()
 };
 
 }  // namespace

@@ -3,7 +3,8 @@
 // names a failed call by its function, whatever expression made it, with the API's own
 // error name where the library is there to give it (CUPTI's, which loads without a
 // driver); the checking macros return a `runtime` error with that text and pass success
-// through. Tests about the driver's absence are skipped where it is installed.
+// through. Tests about the driver's absence are skipped where it is installed; those of a
+// primary context's owner need the driver and a GPU, and run on the GPU machine.
 #include <doctest/doctest.h>
 
 #include "gpu/cuda_api.hpp"
@@ -75,6 +76,33 @@ TEST_CASE("the checking macros return a runtime error naming the call, and let s
   CHECK(refused.error().kind == kcoral::ErrorKind::runtime);
   CHECK(refused.error().message.starts_with("answering: "));
   if (gpu::cupti_api() != nullptr) CHECK(refused.error().message == "answering: CUPTI_ERROR_INVALID_PARAMETER");
+}
+
+TEST_CASE("a primary context is held while its one owner lives, and released when it goes" *
+          doctest::skip(!kcoral::test::nvidia_driver_installed())) {
+  const gpu::DriverApi* cuda = gpu::driver_api();
+  REQUIRE(cuda != nullptr);
+  auto active = [&] {
+    CUdevice device = 0;
+    unsigned flags = 0;
+    int is_active = 0;
+    REQUIRE(cuda->cuDeviceGet(&device, 0) == CUDA_SUCCESS);
+    REQUIRE(cuda->cuDevicePrimaryCtxGetState(device, &flags, &is_active) == CUDA_SUCCESS);
+    return is_active != 0;
+  };
+  {
+    auto first = gpu::PrimaryContext::retain(*cuda, 0);
+    REQUIRE(first.has_value());
+    CHECK(first->get() != nullptr);
+    CHECK(active());
+    CUcontext context = first->get();
+    gpu::PrimaryContext moved = std::move(*first);  // the retain moves; the one left holds nothing
+    CHECK(first->get() == nullptr);
+    CHECK(moved.get() == context);
+    first = std::unexpected(kcoral::Error{kcoral::ErrorKind::runtime, "gone"});  // releases nothing
+    CHECK(active());
+  }
+  CHECK_FALSE(active());  // the one retain, released once
 }
 
 }  // TEST_SUITE
