@@ -26,6 +26,12 @@
 #                                    (benchmarks/gpu/fresh_contexts.py)
 #   benchmarks/gpu/run.sh reuse      the same on GPU servers that reuse workers within a tenant,
 #                                    checked between programs (the default) and not
+#   benchmarks/gpu/run.sh wheel      the installed distributions, as users get them: the client
+#                                    and the repaired server wheel for CPython 3.12
+#                                    (.gpu-carry/wheel312, from scripts/server-wheel.sh) in a
+#                                    fresh venv of this machine's python3.12, whose libpython
+#                                    is linked into it; that server's GPU tests that need only
+#                                    torch; needs .gpu-carry/wheels (ml_dtypes)
 #   benchmarks/gpu/run.sh            everything (with what earlier calls stashed)
 #
 # Brought along (made by benchmarks/gpu/carry.sh, which says which call carries what):
@@ -93,6 +99,35 @@ if [[ ${1:-} == real-jobs ]]; then
     refpid=$! refsandbox=$1
   }
   start_reference bubblewrap
+fi
+
+if [[ ${1:-} == wheel ]]; then
+  # Nothing of the checkout's build or package: the venv has the wheels alone, and torch,
+  # pytest and httpx from this machine's torch environment (a .pth names its folder).
+  log "the installed distributions: client and repaired server wheel in a fresh venv"
+  venv=/tmp/kcoral-wheel-venv
+  rm -rf "$venv" && /usr/bin/python3.12 -m venv "$venv" || exit 1
+  "$venv/bin/python" -c 'import sysconfig; print("interpreter:", sysconfig.get_config_var("Py_ENABLE_SHARED") and "shared libpython" or "libpython linked in")'
+  ls /opt/torch/.venv/lib/python3.12/site-packages >/dev/null && echo /opt/torch/.venv/lib/python3.12/site-packages \
+    >"$($venv/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/torch-environment.pth"
+  "$venv/bin/python" -m pip install -q --no-index --no-deps .gpu-carry/wheel312/*.whl .gpu-carry/wheels/ml_dtypes-*.whl || exit 1
+  "$venv/bin/python" -m pip list 2>/dev/null | grep -i kcoral
+  ldd "$venv/bin/python3.12" | grep -i libpython || echo "python3.12 links no libpython"
+  (unset PYTHONPATH LD_LIBRARY_PATH
+   cd /tmp && "$venv/bin/kcoral-server" --port 0 --device gpu --work-root /tmp/kcoral-work-wheel >"$out/server-wheel.log" 2>&1) &
+  wheelpid=$!
+  for _ in $(seq 1 900); do grep -qE "listening on|did not start" "$out/server-wheel.log" && break; sleep 0.1; done
+  head -5 "$out/server-wheel.log"
+  url=$(grep -o "http://[0-9.]*:[0-9]*" "$out/server-wheel.log" | head -n 1)
+  [[ -n $url ]] || { tail -20 "$out/server-wheel.log"; exit 1; }
+  (unset PYTHONPATH LD_LIBRARY_PATH
+   cd /tmp && KCORAL_GPU_URL=$url timeout 300 "$venv/bin/python" -m pytest -q -rs -p no:cacheprovider \
+     "$root/test/python/gpu/test_gpu.py" -k "tensor or benchmark or cpu_only" \
+     -c /dev/null --noconftest --rootdir "$root/test/python/gpu" 2>&1 | tail -6) | tee "$result/wheel.md"
+  "$venv/bin/python" -c "import kcoral, sys; print('client from', kcoral.__file__); sys.exit('/tmp/kcoral-wheel-venv' not in kcoral.__file__)" | tee -a "$result/wheel.md"
+  kill -TERM "$wheelpid" 2>/dev/null
+  sleep 2
+  exit 0
 fi
 
 log "building"
