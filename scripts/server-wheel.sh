@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the server side's wheel (server/) for .venv's Python and repairs it with auditwheel
-# into a manylinux wheel that runs on any current Linux x86-64 of at least this machine's
-# glibc: auditwheel copies the shared libraries beyond the manylinux baseline (simdjson,
+# into a manylinux wheel that runs on any current Linux x86-64 with glibc 2.34 or later
+# (manylinux_2_34; the server calls the kernel's mount API itself, which glibc wraps only
+# from 2.36): auditwheel copies the shared libraries beyond the manylinux baseline (simdjson,
 # libcrypto, libseccomp) into the wheel's kcoral_server.libs/ and points the binaries' RPATH
 # there. The wheel links no libpython: its workers run under whichever Python of its version
 # starts them, libpython shared or linked into the interpreter.

@@ -21,7 +21,9 @@
 #include <filesystem>
 
 #include "kcoral/remove_tree.hpp"
+#include "mount_calls.hpp"
 #include "sandbox_layout.hpp"
+#include "kcoral/wait.hpp"
 
 namespace kcoral {
 namespace {
@@ -236,12 +238,12 @@ Status check_idmapped_tmpfs(const std::string& directory) {
   } else if (::mount("tmpfs", probe.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, "size=64k,mode=0700") != 0) {
     checked = system_error("mounting a tmpfs");
   } else {
-    UniqueFd tree(static_cast<int>(::open_tree(AT_FDCWD, probe.c_str(), OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC)));
+    UniqueFd tree(mount_calls::open_tree(AT_FDCWD, probe.c_str(), OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC));
     mount_attr idmap{};
     idmap.attr_set = MOUNT_ATTR_IDMAP;
     idmap.userns_fd = static_cast<std::uint64_t>(user.get());
     if (!tree) checked = system_error("open_tree (Linux 5.2)");
-    else if (::mount_setattr(tree.get(), "", AT_EMPTY_PATH, &idmap, sizeof idmap) != 0)
+    else if (mount_calls::mount_setattr(tree.get(), "", AT_EMPTY_PATH, &idmap) != 0)
       checked = system_error("idmapping a tmpfs mount (Linux 6.3)");
     ::umount2(probe.c_str(), MNT_DETACH);
   }
@@ -311,7 +313,7 @@ void CompileCaches::serve() {
     std::function<void()> task;
     {
       std::unique_lock lock(mutex_);
-      wake_.wait(lock, [&] { return stopping_ || !tasks_.empty(); });
+      kcoral::wait(wake_, lock, [&] { return stopping_ || !tasks_.empty(); });
       if (stopping_) return;
       task = std::move(tasks_.front());
       tasks_.pop_front();
@@ -344,7 +346,7 @@ Status CompileCaches::mount_tenant(std::size_t tenant) {
 Status CompileCaches::attach_now(int pidfd, pid_t pid, std::size_t tenant) {
   if (auto mounted = mount_tenant(tenant); !mounted) return mounted;
   std::string path = path_of(tenant);
-  UniqueFd tree(static_cast<int>(::open_tree(AT_FDCWD, path.c_str(), OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC)));
+  UniqueFd tree(mount_calls::open_tree(AT_FDCWD, path.c_str(), OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC));
   if (!tree) return system_error("open_tree " + path);
   // The worker's user namespace, by its pid: still the worker's if the worker still lives
   // after the open (its pid cannot have been reused while its pidfd names it alive).
@@ -354,10 +356,10 @@ Status CompileCaches::attach_now(int pidfd, pid_t pid, std::size_t tenant) {
   mount_attr idmap{};
   idmap.attr_set = MOUNT_ATTR_IDMAP;
   idmap.userns_fd = static_cast<std::uint64_t>(user.get());
-  if (::mount_setattr(tree.get(), "", AT_EMPTY_PATH, &idmap, sizeof idmap) != 0)
+  if (mount_calls::mount_setattr(tree.get(), "", AT_EMPTY_PATH, &idmap) != 0)
     return system_error("idmapping the compile cache through the worker's user namespace");
   if (::setns(pidfd, CLONE_NEWNS) != 0) return system_error("entering the worker's mount namespace");
-  int moved = ::move_mount(tree.get(), "", AT_FDCWD, kCompileCacheMount, MOVE_MOUNT_F_EMPTY_PATH);
+  int moved = mount_calls::move_mount(tree.get(), "", AT_FDCWD, kCompileCacheMount, MOVE_MOUNT_F_EMPTY_PATH);
   int move_error = errno;
   if (::setns(host_namespace_.get(), CLONE_NEWNS) != 0 || ::chdir("/") != 0) {
     // Left in a worker's namespace, this thread must mount nothing more.

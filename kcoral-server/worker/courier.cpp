@@ -2,6 +2,7 @@
 #include "courier.hpp"
 
 #include "descriptor_table.hpp"
+#include "kcoral/wait.hpp"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -37,7 +38,7 @@ Result<std::unique_ptr<Courier>> Courier::start(UniqueFd channel) {
     raw->loop(std::move(channel));
   });
   std::unique_lock lock(courier->mutex_);
-  courier->changed_.wait(lock, [&] { return courier->ready_; });
+  kcoral::wait(courier->changed_, lock, [&] { return courier->ready_; });
   if (!courier->started_) {
     lock.unlock();
     auto error = courier->started_.error();
@@ -157,7 +158,7 @@ Status Courier::send(const messages::Message& message, std::vector<int> fds) {
   if (stopping_) return fail(ErrorKind::engine, "the courier has stopped");
   outgoing_.push_back(&outgoing);
   wake();
-  changed_.wait(lock, [&] { return outgoing.status.has_value(); });
+  kcoral::wait(changed_, lock, [&] { return outgoing.status.has_value(); });
   return *outgoing.status;
 }
 
@@ -170,7 +171,7 @@ void Courier::wake() {
 
 Result<messages::Received> Courier::receive() {
   std::unique_lock lock(mutex_);
-  changed_.wait(lock, [&] { return !incoming_.empty(); });
+  kcoral::wait(changed_, lock, [&] { return !incoming_.empty(); });
   // A failure stays queued: every later call fails the same way.
   if (!incoming_.front().message) return std::unexpected(incoming_.front().error);
   Incoming incoming = std::move(incoming_.front());

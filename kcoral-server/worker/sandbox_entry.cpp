@@ -21,6 +21,7 @@
 
 #include "descriptor_table.hpp"
 #include "sandbox.hpp"
+#include "mount_calls.hpp"
 #include "sandbox_layout.hpp"
 
 namespace kcoral::sandbox_entry {
@@ -76,7 +77,7 @@ Status bind_read_only(const std::string& source, const std::string& target) {
   if (auto status = mount_or_fail(source.c_str(), target, nullptr, MS_BIND | MS_REC); !status) return status;
   mount_attr attributes{};
   attributes.attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
-  if (::mount_setattr(AT_FDCWD, target.c_str(), AT_RECURSIVE, &attributes, sizeof attributes) == 0) return {};
+  if (mount_calls::mount_setattr(AT_FDCWD, target.c_str(), AT_RECURSIVE, &attributes) == 0) return {};
   // Kernels before 5.12: the top mount at least.
   return mount_or_fail(nullptr, target, nullptr, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV);
 }

@@ -19,6 +19,7 @@
 
 #include "kcoral/request_id.hpp"
 #include "kcoral/sha256.hpp"
+#include "kcoral/wait.hpp"
 
 namespace kcoral {
 namespace {
@@ -189,13 +190,13 @@ void DiskBlobCache::store(std::string_view tenant, const std::string& digest, co
 
 void DiskBlobCache::flush() {
   std::unique_lock lock(mutex_);
-  changed_.wait(lock, [this] { return queue_.empty() && !writing_; });
+  kcoral::wait(changed_, lock, [this] { return queue_.empty() && !writing_; });
 }
 
 void DiskBlobCache::write_loop() {
   std::unique_lock lock(mutex_);
   while (true) {
-    changed_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+    kcoral::wait(changed_, lock, [this] { return stopping_ || !queue_.empty(); });
     if (queue_.empty()) return;  // stopping, and all written
     auto [key, blob] = std::move(queue_.front());
     queue_.pop_front();
