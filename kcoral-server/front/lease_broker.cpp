@@ -10,11 +10,13 @@ LeaseBroker::LeaseBroker(std::size_t gpus, std::size_t context_inits_at_once)
       init_turns_(gpus) {}
 
 Status LeaseBroker::acquire_program(std::size_t gpu, pid_t worker, Granted granted) {
-  return program_leases_.acquire(gpu, static_cast<LeaseManager::HolderId>(worker), std::move(granted));
+  // One GPU per worker: the set of its group's GPU.
+  return program_leases_.acquire(std::vector<std::size_t>{gpu}, static_cast<LeaseManager::HolderId>(worker),
+                                 std::move(granted));
 }
 
-void LeaseBroker::release_program(std::size_t gpu, pid_t worker) {
-  program_leases_.release(gpu, static_cast<LeaseManager::HolderId>(worker));
+void LeaseBroker::release_program(pid_t worker) {
+  program_leases_.release(static_cast<LeaseManager::HolderId>(worker));
 }
 
 std::optional<pid_t> LeaseBroker::program_holder(std::size_t gpu) const {

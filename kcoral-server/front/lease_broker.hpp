@@ -31,7 +31,8 @@ class LeaseBroker {
   LeaseBroker(std::size_t gpus, std::size_t context_inits_at_once);
 
   [[nodiscard]] Status acquire_program(std::size_t gpu, pid_t worker, Granted granted);
-  void release_program(std::size_t gpu, pid_t worker);
+  // Gives back the program lease `worker` holds, or leaves the queue for it.
+  void release_program(pid_t worker);
   [[nodiscard]] std::optional<pid_t> program_holder(std::size_t gpu) const;
 
   void acquire_init(std::size_t gpu, pid_t worker, Granted granted);

@@ -189,7 +189,7 @@ void WorkerHandle::on_lease(bool acquire) {
   if (!acquire) {
     if (lease_ != LeaseState::held) return violation("gave back a GPU lease it does not hold");
     lease_ = LeaseState::none;
-    leases_.release_program(group_, pid_);
+    leases_.release_program(pid_);
     return;
   }
   if (lease_ != LeaseState::none) return violation("asked twice for the GPU lease");

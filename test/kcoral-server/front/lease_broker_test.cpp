@@ -19,10 +19,10 @@ TEST_CASE("the program lease is one worker's at a time, handed to waiters in ord
   REQUIRE(broker.acquire_program(0, 13, grant_to(13)).has_value());
   CHECK(granted == std::vector<pid_t>{11});
   CHECK(broker.program_holder(0) == 11);
-  broker.release_program(0, 11);
+  broker.release_program(11);
   CHECK(granted == std::vector<pid_t>{11, 12});
   (void)broker.finish(0, 13);  // a waiter that died leaves the queue
-  broker.release_program(0, 12);
+  broker.release_program(12);
   CHECK(granted == std::vector<pid_t>{11, 12});
   CHECK(!broker.program_holder(0).has_value());
 }
