@@ -150,13 +150,17 @@ class Client:
         *,
         timeout_seconds: float | None = None,
         output_limit_bytes: int | None = None,
+        gpu_count: int | None = None,
     ) -> ProgramResult:
         """Run ``program`` on the server and return its result.
 
         ``timeout_seconds`` and ``output_limit_bytes`` (per captured stream; 0 turns
         capture off) are requests the server clamps to its maxima; ``None`` takes the
-        server's defaults. A failed program is returned, not raised: check
-        ``result.completed`` or call ``result.raise_for_error()``.
+        server's defaults. ``gpu_count`` (1-8) asks for that many GPUs at once; a server
+        that cannot give them refuses the request (RequestRejected, saying how many it
+        has); ``result.gpu_ids`` names the GPUs a program on a GPU server held. A failed
+        program is returned, not raised: check ``result.completed`` or call
+        ``result.raise_for_error()``.
 
         Raises ServerError (a subclass per error kind) when the server refuses or cannot
         finish the request, TransportError when no response arrives (DeadlineExceeded when
@@ -182,7 +186,10 @@ class Client:
         attempts: list[set[str]] = [set()]
         while True:
             content_type, chunks = program._request_chunks(
-                attempts[-1], timeout_seconds=timeout_seconds, output_limit_bytes=output_limit_bytes
+                attempts[-1],
+                timeout_seconds=timeout_seconds,
+                output_limit_bytes=output_limit_bytes,
+                gpu_count=gpu_count,
             )
             status_code, headers, answer = self._exchange(
                 "POST",

@@ -34,6 +34,8 @@ DTYPE_ITEM_SIZES: dict[str, int] = {
 }  # fmt: skip
 
 _UPLOAD_KINDS = ("module", "tensor", "bytes", "library")
+# The most GPUs a program may ask for (options.gpu_count), as the protocol has it.
+MAX_GPU_COUNT = 8
 
 
 @dataclass(frozen=True)
@@ -242,6 +244,7 @@ class Program:
         *,
         timeout_seconds: float | None = None,
         output_limit_bytes: int | None = None,
+        gpu_count: int | None = None,
     ) -> tuple[str, bytes]:
         """Encode the POST /execute body: returns (Content-Type header, body bytes).
 
@@ -249,7 +252,10 @@ class Program:
         The options are left out when ``None`` so the server applies its defaults.
         """
         content_type, chunks = self._request_chunks(
-            include_blobs, timeout_seconds=timeout_seconds, output_limit_bytes=output_limit_bytes
+            include_blobs,
+            timeout_seconds=timeout_seconds,
+            output_limit_bytes=output_limit_bytes,
+            gpu_count=gpu_count,
         )
         return content_type, b"".join(chunks)
 
@@ -259,6 +265,7 @@ class Program:
         *,
         timeout_seconds: float | None,
         output_limit_bytes: int | None,
+        gpu_count: int | None = None,
     ) -> tuple[str, list[bytes | memoryview]]:
         """:meth:`to_request`'s body as pieces, the blobs among them uncopied."""
         if not self._instructions:
@@ -280,6 +287,12 @@ class Program:
             if output_limit_bytes < 0:
                 raise ValueError("output_limit_bytes must be >= 0")
             options["output_limit_bytes"] = output_limit_bytes
+        if gpu_count is not None:
+            if isinstance(gpu_count, bool) or not isinstance(gpu_count, int):
+                raise TypeError("gpu_count must be an int")
+            if not 1 <= gpu_count <= MAX_GPU_COUNT:
+                raise ValueError(f"gpu_count must be between 1 and {MAX_GPU_COUNT}")
+            options["gpu_count"] = gpu_count
         document: dict[str, Any] = {"instructions": self._instructions}
         if options:
             document["options"] = options

@@ -57,7 +57,8 @@ class ProgramResult:
     Times are in milliseconds: ``queue_ms`` waiting for a worker; ``elapsed_ms`` the
     worker's time, of which ``lease_wait_ms`` waiting for the GPU and ``lease_held_ms``
     holding it. stdout/stderr are the captured output of the whole program, cut at the
-    output limit when the ``*_truncated`` flag says so.
+    output limit when the ``*_truncated`` flag says so. ``gpu_ids`` are the GPUs the
+    program held on a GPU server (the server's indices; empty on a CPU server).
     """
 
     status: str
@@ -72,6 +73,7 @@ class ProgramResult:
     stdout_truncated: bool
     stderr_truncated: bool
     error: dict[str, Any] | None = None
+    gpu_ids: tuple[int, ...] = ()
 
     @property
     def completed(self) -> bool:
@@ -231,7 +233,22 @@ def _program_result(document: dict[str, Any], parts: dict[str, bytes | memoryvie
         stdout_truncated=_typed(document, "stdout_truncated", bool),
         stderr_truncated=_typed(document, "stderr_truncated", bool),
         error=None if document["status"] == "COMPLETED" else _checked_error(document.get("error")),
+        gpu_ids=_gpu_ids(document),
     )
+
+
+def _gpu_ids(document: dict[str, Any]) -> tuple[int, ...]:
+    """The GPUs the program held: ``gpu_ids`` with its ``gpu_count``, both or neither."""
+    if ("gpu_ids" in document) != ("gpu_count" in document):
+        raise ValueError("a response has one of gpu_ids and gpu_count without the other")
+    if "gpu_ids" not in document:
+        return ()
+    ids = _typed(document, "gpu_ids", list)
+    if not all(isinstance(gpu, int) and not isinstance(gpu, bool) and gpu >= 0 for gpu in ids):
+        raise TypeError("'gpu_ids' is not a list of GPU indices")
+    if _typed(document, "gpu_count", int) != len(ids):
+        raise ValueError("'gpu_count' is not the number of 'gpu_ids'")
+    return tuple(ids)
 
 
 def _typed(document: dict[str, Any], field: str, kind: type) -> Any:

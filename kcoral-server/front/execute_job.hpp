@@ -7,6 +7,7 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "kcoral/blob_store.hpp"
 #include "kcoral/codec.hpp"
@@ -24,6 +25,8 @@ struct JobOutcome {
   // Why the worker, reusable, takes no more programs (its reuse check found its state
   // changed: "threads: ..."); the worker wrote it, so it is only ever counted by its kind.
   std::string worker_retired = {};
+  // The GPUs the program's worker held, by --gpus index; empty on a CPU server.
+  std::vector<int> gpu_ids = {};
 };
 
 // Seconds (a flag's value) as a timer's duration.

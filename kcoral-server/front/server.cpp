@@ -150,6 +150,7 @@ Step<PoolShape> shape_pool(const ServerConfig& config) {
       return refuse(2, "there is no GPU " + std::to_string(index) + " (this machine has " +
                            std::to_string(gpus->size()) + ")");
     pool.groups.push_back(gpu->uuid);
+    pool.gpu_ids.push_back(index);
     if (shape.target_arch.empty()) shape.target_arch = gpu->arch();
     std::fprintf(stderr, "kcoral-server: GPU %d: %s, %s (%s)\n", index, gpu->name.c_str(), gpu->uuid.c_str(),
                  gpu->arch().c_str());
@@ -458,6 +459,9 @@ int run_server(ServerConfig config) {
                     config.device == "gpu" ? pool_config.groups.size() : 0, shape->target_arch,
                     std::move(*tenants)};
   state.descriptor_limit = *descriptor_limit;
+  // A program's worker is pinned to one GPU: more is refused until workers span GPUs.
+  state.execute.server_gpus = state.gpu_count;
+  state.execute.max_gpus_per_program = std::min<std::size_t>(state.gpu_count, 1);
   state.event_log = logs->requests.get();
   state.anonymous_log = logs->anonymous.get();
 

@@ -243,6 +243,7 @@ void WorkerPool::on_finished(const WorkerPtr& worker, std::shared_ptr<ExecuteJob
   --running_[worker->group()];
   queue_.finished(job->tenant);
   if (config_.compile_caches != nullptr) config_.compile_caches->trim(job->tenant);
+  if (worker->group() < config_.gpu_ids.size()) outcome.gpu_ids = {config_.gpu_ids[worker->group()]};
   publish_load();
   answer(std::move(job), std::move(outcome));
   if (draining_) return check_drained();

@@ -48,6 +48,8 @@ class WorkerPool {
     // One group per entry: the CUDA_VISIBLE_DEVICES value (a GPU's UUID) of its workers;
     // a single empty entry on a CPU server.
     std::vector<std::string> groups{""};
+    // Each group's GPU by its --gpus index, which the responses name; empty on a CPU server.
+    std::vector<int> gpu_ids;
     std::size_t programs_per_worker = 1;  // 1: a fresh process for every program
     // GPU: workers of one GPU that make their CUDA context at the same time. Contexts take
     // a quarter second or more to make; with fresh workers this bounds programs/s.

@@ -4,6 +4,20 @@
 #include <algorithm>
 
 namespace kcoral {
+namespace {
+
+// More GPUs than the program may hold is the client's to fix: the message says how many
+// the server has and gives to one program.
+std::optional<Error> check_gpu_count(const ProgramOptions& options, const ExecuteSettings& settings) {
+  if (!options.gpu_count || *options.gpu_count <= settings.max_gpus_per_program) return std::nullopt;
+  std::string asked = "'gpu_count' is " + std::to_string(*options.gpu_count);
+  if (settings.server_gpus == 0) return Error{ErrorKind::parse, asked + ", but this is a CPU server: it has no GPU"};
+  return Error{ErrorKind::parse, asked + ", but this server has " + std::to_string(settings.server_gpus) +
+                                     (settings.server_gpus == 1 ? " GPU" : " GPUs") + " and gives a program at most " +
+                                     std::to_string(settings.max_gpus_per_program)};
+}
+
+}  // namespace
 
 std::variant<AdmittedRequest, ExecuteAnswer> admit_execute(std::string_view request_id, std::string_view content_type,
                                                            std::string_view body, BlobStore& store,
@@ -20,13 +34,16 @@ std::variant<AdmittedRequest, ExecuteAnswer> admit_execute(std::string_view requ
     return ExecuteAnswer{encode_cache_miss(request_id, resolved->missing), ResponseStatus::cache_miss, std::nullopt,
                          std::move(parsed->program)};
 
-  AdmittedRequest request;
   const ProgramOptions& options = parsed->program.options();
+  if (auto refused = check_gpu_count(options, settings)) return error(*refused);
+
+  AdmittedRequest request;
   request.timeout_seconds = std::min(options.timeout_seconds.value_or(settings.default_timeout_seconds),
                                      settings.max_timeout_seconds);
   request.output_limit_bytes = std::min(options.output_limit_bytes.value_or(settings.default_output_limit_bytes),
                                         settings.max_output_limit_bytes);
   request.max_binary_bytes = settings.max_response_bytes;
+  request.gpu_count = settings.server_gpus == 0 ? 0 : options.gpu_count.value_or(1);
   request.program_json = std::move(parsed->program_json);
   request.program = std::move(parsed->program);
   request.blobs = std::move(resolved->blobs);
@@ -35,13 +52,14 @@ std::variant<AdmittedRequest, ExecuteAnswer> admit_execute(std::string_view requ
 }
 
 ExecuteAnswer answer_execute(std::string_view request_id, Result<ProgramResult> outcome,
-                             const ResponseTimings& timings, const ExecuteSettings& settings) {
+                             const ResponseTimings& timings, const ExecuteSettings& settings,
+                             std::span<const int> gpu_ids) {
   // The executor stops encoding returns at the binary limit and says so with a request
   // kind, not an instruction's.
   if (outcome && outcome->error && !is_program_kind(outcome->error->kind))
     outcome = fail(outcome->error->kind, outcome->error->message);
   if (!outcome) return {encode_error(request_id, outcome.error()), ResponseStatus::error, outcome.error(), std::nullopt};
-  ExecuteAnswer answer{encode_program_response(request_id, *outcome, timings),
+  ExecuteAnswer answer{encode_program_response(request_id, *outcome, timings, gpu_ids),
                        outcome->completed() ? ResponseStatus::completed : ResponseStatus::failed, std::nullopt, std::nullopt};
   if (answer.response.body.size() > settings.max_response_bytes) {
     Error too_large{ErrorKind::response_too_large, "the response (" + std::to_string(answer.response.body.size()) +

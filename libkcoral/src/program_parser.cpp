@@ -124,7 +124,7 @@ class ProgramValidator {
     if (!value.is_object()) return fail(ErrorKind::parse, "'options' must be an object");
     object options = object_of(value);
     if (auto status =
-            check_fields(options, "'options'", {"timeout_seconds", "output_limit_bytes"}, {});
+            check_fields(options, "'options'", {"timeout_seconds", "output_limit_bytes", "gpu_count"}, {});
         !status)
       return status;
     if (auto timeout = options.at_key("timeout_seconds"); !timeout.error()) {
@@ -143,6 +143,17 @@ class ProgramValidator {
         program_.options_.output_limit_bytes = l.get_uint64().value_unsafe();
       else
         return fail(ErrorKind::parse, "'output_limit_bytes' must be an integer >= 0");
+    }
+    if (auto count = options.at_key("gpu_count"); !count.error()) {
+      element c = count.value_unsafe();
+      std::uint64_t value = 0;  // not an integer, or not positive
+      if (c.type() == element_type::INT64)
+        value = static_cast<std::uint64_t>(std::max<std::int64_t>(0, c.get_int64().value_unsafe()));
+      else if (c.type() == element_type::UINT64)
+        value = c.get_uint64().value_unsafe();
+      if (value < 1 || value > kMaxGpuCount)
+        return fail(ErrorKind::parse, "'gpu_count' must be an integer between 1 and " + std::to_string(kMaxGpuCount));
+      program_.options_.gpu_count = static_cast<std::uint32_t>(value);
     }
     return {};
   }

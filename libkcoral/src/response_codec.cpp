@@ -48,13 +48,17 @@ EncodedResponse json_response(int status, const Json& body) {
 }  // namespace
 
 EncodedResponse encode_program_response(std::string_view request_id, const ProgramResult& result,
-                                        const ResponseTimings& timings) {
+                                        const ResponseTimings& timings, std::span<const int> gpu_ids) {
   Json head{{"status", to_wire(result.completed() ? ResponseStatus::completed : ResponseStatus::failed)},
             {"request_id", request_id},
             {"queue_ms", timings.queue_ms},
             {"elapsed_ms", timings.elapsed_ms},
             {"lease_wait_ms", timings.lease_wait_ms},
             {"lease_held_ms", timings.lease_held_ms}};
+  if (!gpu_ids.empty()) {
+    head["gpu_ids"] = std::vector<int>(gpu_ids.begin(), gpu_ids.end());
+    head["gpu_count"] = gpu_ids.size();
+  }
   Json tail{{"stdout", result.stdout_output.text},
             {"stderr", result.stderr_output.text},
             {"stdout_truncated", result.stdout_output.truncated},

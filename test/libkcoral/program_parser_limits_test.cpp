@@ -147,6 +147,25 @@ TEST_CASE("timeout_seconds must be a positive number") {
   CHECK_FALSE(program->options().output_limit_bytes.has_value());
 }
 
+TEST_CASE("gpu_count must be an integer from 1 to 8, and the error says so") {
+  for (const char* bad : {"0", "9", "-1", "1.5", "2.0", "\"2\"", "true", "null", "[1]", "18446744073709551615",
+                          "-9223372036854775808"}) {
+    CAPTURE(bad);
+    auto program = kcoral::Program::parse(program_of(kModule, std::string(R"({"gpu_count":)") + bad + "}"));
+    REQUIRE_FALSE(program.has_value());
+    CHECK(program.error().kind == kcoral::ErrorKind::parse);
+    CHECK(program.error().message == "'gpu_count' must be an integer between 1 and 8");
+  }
+  for (std::uint32_t good = 1; good <= kcoral::kMaxGpuCount; ++good) {
+    auto program = kcoral::Program::parse(program_of(kModule, R"({"gpu_count":)" + std::to_string(good) + "}"));
+    REQUIRE(program.has_value());
+    CHECK(program->options().gpu_count == good);
+  }
+  auto without = kcoral::Program::parse(program_of(kModule, R"({"timeout_seconds":1})"));
+  REQUIRE(without.has_value());
+  CHECK_FALSE(without->options().gpu_count.has_value());
+}
+
 TEST_CASE("output_limit_bytes must be an integer >= 0") {
   for (const char* bad : {"-1", "1.5", "1.0", "1e3", "\"1\"", "true", "false", "null", "18446744073709551616"}) {
     CAPTURE(bad);

@@ -51,6 +51,19 @@ TEST_CASE("a completed program without binary parts is one JSON body with the fi
   CHECK(body["stderr_truncated"] == true);
 }
 
+TEST_CASE("the GPUs a program held follow the lease times as gpu_ids and gpu_count, and only when there are any") {
+  const std::vector<int> gpus{3};
+  Json body = Json::parse(kcoral::encode_program_response("rid", completed_result(), {1, 2, 0, 1}, gpus).body.joined());
+  CHECK(keys_of(body) == std::vector<std::string>{"status", "request_id", "queue_ms", "elapsed_ms", "lease_wait_ms",
+                                                  "lease_held_ms", "gpu_ids", "gpu_count", "results", "stdout",
+                                                  "stderr", "stdout_truncated", "stderr_truncated"});
+  CHECK(body["gpu_ids"] == Json::array({3}));
+  CHECK(body["gpu_count"] == 1);
+  Json cpu = Json::parse(kcoral::encode_program_response("rid", completed_result(), {1, 2, 0, 1}, {}).body.joined());
+  CHECK_FALSE(cpu.contains("gpu_ids"));
+  CHECK_FALSE(cpu.contains("gpu_count"));
+}
+
 TEST_CASE("results are spliced in verbatim, so integers wider than 64 bits survive") {
   kcoral::ProgramResult result;
   result.results_json = R"({"big":{"type":"integer","value":1180591620717411303424},"f":{"type":"number","value":0.1}})";

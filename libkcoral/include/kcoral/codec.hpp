@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -77,10 +78,12 @@ struct ResponseTimings {
 };
 
 // COMPLETED or FAILED: JSON when there are no binary parts, otherwise multipart with the
-// JSON first as part `result`.
+// JSON first as part `result`. `gpu_ids`: the GPUs the program held, by the server's
+// index (`gpu_ids` and `gpu_count` in the response; neither when empty).
 [[nodiscard]] EncodedResponse encode_program_response(std::string_view request_id,
                                                       const ProgramResult& result,
-                                                      const ResponseTimings& timings);
+                                                      const ResponseTimings& timings,
+                                                      std::span<const int> gpu_ids = {});
 [[nodiscard]] EncodedResponse encode_cache_miss(std::string_view request_id,
                                                 const std::vector<std::string>& missing);
 // An error outside a program, with the HTTP status of its kind.

@@ -33,6 +33,10 @@ struct ExecuteSettings {
   std::uint64_t default_output_limit_bytes = 1ull << 20;
   std::uint64_t max_output_limit_bytes = 16ull << 20;
   std::uint64_t max_response_bytes = 256ull << 20;
+  // GPUs of the server, and the most one program may hold (options.gpu_count); 0 and 0 on
+  // a CPU server, where asking for any is a parse error.
+  std::size_t server_gpus = 0;
+  std::size_t max_gpus_per_program = 0;
 };
 
 // A program ready to run.
@@ -44,6 +48,7 @@ struct AdmittedRequest {
   double timeout_seconds = 0;
   std::uint64_t output_limit_bytes = 0;
   std::uint64_t max_binary_bytes = 0;  // of its returned values
+  std::size_t gpu_count = 0;           // GPUs it holds: options.gpu_count, 1 on a GPU server by default
 };
 
 // A response, with its body's status (COMPLETED, FAILED, CACHE_MISS or ERROR), and for
@@ -67,7 +72,9 @@ struct ExecuteAnswer {
 // The response to a program's outcome: its result (COMPLETED or FAILED), or the request
 // error it ended with. A result whose returns would not fit the response (as the executor
 // reports it, or as encoded) is the request error response_too_large.
+// `gpu_ids`: the GPUs the program held (encode_program_response).
 [[nodiscard]] ExecuteAnswer answer_execute(std::string_view request_id, Result<ProgramResult> outcome,
-                                           const ResponseTimings& timings, const ExecuteSettings& settings);
+                                           const ResponseTimings& timings, const ExecuteSettings& settings,
+                                           std::span<const int> gpu_ids = {});
 
 }  // namespace kcoral

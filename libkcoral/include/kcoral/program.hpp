@@ -108,9 +108,13 @@ using Instruction = std::variant<Upload, GetFunction, Run, ReturnValue, ReturnPa
 // The instruction's id, or nullopt for a return or an anonymous file upload.
 [[nodiscard]] std::optional<std::string_view> instruction_id(const Instruction& instruction);
 
+// The most GPUs one program may ask for (options.gpu_count), as KCoral's protocol has it.
+inline constexpr std::uint32_t kMaxGpuCount = 8;
+
 struct ProgramOptions {
   std::optional<double> timeout_seconds;
   std::optional<std::uint64_t> output_limit_bytes;
+  std::optional<std::uint32_t> gpu_count;  // GPUs the program holds at once: 1-8, as KCoral takes it
 };
 
 // Bounds set before any input is read; exceeding one is a `parse` error.

@@ -145,3 +145,14 @@ def test_busy_when_no_worker_frees_up_in_time(start_server):
     runner.join(30)
     assert outcome["result"].raise_for_error()["out"] == "slow"
     assert_served(server)
+
+
+def test_gpus_asked_of_a_cpu_server_are_refused_as_parse_and_service_goes_on(server):
+    program = call("def ok():\n    return 'ok'\n", "ok")
+    for count in (1, 8):
+        with pytest.raises(RequestRejected, match=f"'gpu_count' is {count}, but this is a CPU server: it has no GPU"):
+            server.execute(program, gpu_count=count)
+    # A program on a CPU server held no GPU: the response names none.
+    result = server.execute(program)
+    assert result.raise_for_error()["out"] == "ok"
+    assert result.gpu_ids == ()

@@ -16,7 +16,7 @@ import time
 import numpy as np
 import pytest
 
-from kcoral import Client, Program
+from kcoral import Client, Program, RequestRejected
 
 URL = os.environ.get("KCORAL_GPU_URL")
 pytestmark = pytest.mark.skipif(not URL, reason="needs a GPU server: set KCORAL_GPU_URL")
@@ -46,6 +46,24 @@ def test_tensor_uploads_are_cuda_tensors_and_come_back_as_numpy():
     assert result.completed, result.error
     np.testing.assert_array_equal(result.results["out"], np.arange(8, dtype=np.float32) * 2)
     assert result.lease_held_ms > 0
+
+
+def test_the_response_names_the_gpu_and_more_gpus_than_the_server_gives_are_refused():
+    source = "def f():\n    import torch\n    return torch.cuda.device_count()\n"
+    program = Program()
+    module = program.upload(id="m", kind="module", source=source)
+    function = program.get_function(id="f", module=module, name="f")
+    program.return_(key="out", value=program.run(id="out", fn=function))
+    with Client(URL) as client:
+        gpus = client.health()["gpu_count"]
+        result = client.execute(program, timeout_seconds=300, gpu_count=1)
+        assert result.completed, result.error
+        assert result.results["out"] == 1  # its worker sees its one GPU
+        assert len(result.gpu_ids) == 1 and 0 <= result.gpu_ids[0]
+        assert client.execute(program, timeout_seconds=300).gpu_ids == result.gpu_ids or gpus > 1
+        # Each worker is pinned to one GPU: two are more than any program is given.
+        with pytest.raises(RequestRejected, match=f"'gpu_count' is 2, but this server has {gpus} GPU.* at most 1"):
+            client.execute(program, gpu_count=2)
 
 
 def test_tensors_of_one_request_small_and_large_arrive_intact():

@@ -209,8 +209,19 @@ def test_gpu_access_error_has_its_extra_fields():
 
 
 def test_unknown_top_level_fields_are_ignored():
-    result = respond(envelope(gpu_ids=[0], gpu_count=1))
+    result = respond(envelope(node="gpu-7", worker={"pid": 12}))
     assert result.completed
+
+
+def test_gpu_ids_come_with_their_count_or_not_at_all():
+    assert respond(envelope(gpu_ids=[2, 5], gpu_count=2)).gpu_ids == (2, 5)
+    assert respond(envelope()).gpu_ids == ()
+    for broken_gpus in ({"gpu_ids": [0]}, {"gpu_count": 1}, {"gpu_ids": [0], "gpu_count": 2},
+                        {"gpu_ids": [True], "gpu_count": 1}, {"gpu_ids": [-1], "gpu_count": 1},
+                        {"gpu_ids": "0", "gpu_count": 1}, {"gpu_ids": [0.0], "gpu_count": 1},
+                        {"gpu_ids": [0], "gpu_count": True}):
+        with pytest.raises(ProtocolError):
+            respond(envelope(**broken_gpus))
 
 
 GOOD_ERROR = {

@@ -417,6 +417,14 @@ def test_to_request_options():
             program.to_request(**bad)
     with pytest.raises(ValueError):
         program.to_request(output_limit_bytes=-1)
+    document, _ = request_parts(program, set(), gpu_count=8)
+    assert document["options"] == {"gpu_count": 8}
+    for count in (0, 9):
+        with pytest.raises(ValueError, match="between 1 and 8"):
+            program.to_request(gpu_count=count)
+    for count in (True, 2.0, "2"):
+        with pytest.raises(TypeError):
+            program.to_request(gpu_count=count)
 
 
 def test_empty_program_cannot_be_sent():
