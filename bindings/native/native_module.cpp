@@ -74,8 +74,7 @@ PyObject* execute(PyObject*, PyObject* args) {
   if (!bytes) return nullptr;
   char* at = PyBytes_AS_STRING(bytes.get());
   for (const kcoral::ResponseBody::Piece& piece : response.body.pieces()) {
-    std::string_view data = std::holds_alternative<std::string>(piece) ? std::get<std::string>(piece)
-                                                                        : std::get<kcoral::Blob>(piece).view();
+    std::string_view data = kcoral::ResponseBody::bytes_of(piece);
     at = std::copy(data.begin(), data.end(), at);
   }
   return Py_BuildValue("(is#O)", response.http_status, response.content_type.data(),

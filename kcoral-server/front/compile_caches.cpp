@@ -21,9 +21,9 @@
 #include <filesystem>
 
 #include "kcoral/remove_tree.hpp"
+#include "kcoral/wait.hpp"
 #include "mount_calls.hpp"
 #include "sandbox_layout.hpp"
-#include "kcoral/wait.hpp"
 
 namespace kcoral {
 namespace {

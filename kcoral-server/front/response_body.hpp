@@ -12,7 +12,6 @@
 #include <boost/optional.hpp>
 #include <cstdint>
 #include <utility>
-#include <variant>
 #include <vector>
 
 #include "kcoral/codec.hpp"
@@ -42,8 +41,7 @@ struct ResponseBodyType {
       const_buffers_type buffers;
       buffers.reserve(body_.pieces().size());
       for (const ResponseBody::Piece& piece : body_.pieces()) {
-        std::string_view bytes = std::holds_alternative<std::string>(piece) ? std::get<std::string>(piece)
-                                                                              : std::get<Blob>(piece).view();
+        std::string_view bytes = ResponseBody::bytes_of(piece);
         if (!bytes.empty()) buffers.emplace_back(bytes.data(), bytes.size());
       }
       return std::make_pair(std::move(buffers), false);

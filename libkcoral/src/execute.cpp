@@ -43,7 +43,6 @@ std::variant<AdmittedRequest, ExecuteAnswer> admit_execute(std::string_view requ
   request.output_limit_bytes = std::min(options.output_limit_bytes.value_or(settings.default_output_limit_bytes),
                                         settings.max_output_limit_bytes);
   request.max_binary_bytes = settings.max_response_bytes;
-  request.gpu_count = settings.server_gpus == 0 ? 0 : options.gpu_count.value_or(1);
   request.program_json = std::move(parsed->program_json);
   request.program = std::move(parsed->program);
   request.blobs = std::move(resolved->blobs);

@@ -105,10 +105,7 @@ void ResponseBody::append(Blob blob) {
 std::string ResponseBody::joined() const {
   std::string out;
   out.reserve(size_);
-  for (const Piece& piece : pieces_) {
-    if (const auto* text = std::get_if<std::string>(&piece)) out.append(*text);
-    else out.append(std::get<Blob>(piece).view());
-  }
+  for (const Piece& piece : pieces_) out.append(bytes_of(piece));
   return out;
 }
 

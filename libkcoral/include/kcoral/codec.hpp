@@ -54,6 +54,11 @@ class ResponseBody {
   void append(std::string text);  // joined to the text before it, if any
   void append(Blob blob);
   [[nodiscard]] const std::vector<Piece>& pieces() const { return pieces_; }
+  // A piece's bytes, text or blob alike; they live as long as the piece.
+  [[nodiscard]] static std::string_view bytes_of(const Piece& piece) {
+    if (const auto* text = std::get_if<std::string>(&piece)) return *text;
+    return std::get<Blob>(piece).view();
+  }
   [[nodiscard]] std::uint64_t size() const { return size_; }
   // The whole body in one string: a copy of every piece, for a reader that wants one.
   [[nodiscard]] std::string joined() const;

@@ -48,7 +48,6 @@ struct AdmittedRequest {
   double timeout_seconds = 0;
   std::uint64_t output_limit_bytes = 0;
   std::uint64_t max_binary_bytes = 0;  // of its returned values
-  std::size_t gpu_count = 0;           // GPUs it holds: options.gpu_count, 1 on a GPU server by default
 };
 
 // A response, with its body's status (COMPLETED, FAILED, CACHE_MISS or ERROR), and for
