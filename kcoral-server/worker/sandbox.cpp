@@ -346,17 +346,22 @@ Result<std::string> Sandbox::enter(std::vector<int> keep, const std::string& vis
   if (!config_.enabled) return std::string();
   UniqueFd admit = std::move(admit_child_);
   keep.push_back(admit.get());
-  auto gpu = config_.gpu ? sandbox_entry::find_gpu(visible_devices) : std::nullopt;
+  std::vector<sandbox_entry::NvidiaGpu> gpus;
+  if (config_.gpu) {
+    auto found = sandbox_entry::find_gpus(visible_devices);
+    if (!found) return std::unexpected(found.error());
+    gpus = std::move(*found);
+  }
   const std::string& root = config_.root_mountpoint;
   // A root zygote's worker owns its scratch as its outside user; otherwise as root inside.
   std::optional<uid_t> outside_user = zygote_is_root_ ? forking_.uid : std::nullopt;
 
   KCORAL_TRY(sandbox_entry::enter_namespaces());
-  KCORAL_TRY(sandbox_entry::mount_system(root, config_.gpu, gpu));
+  KCORAL_TRY(sandbox_entry::mount_system(root, config_.gpu, gpus));
   KCORAL_TRY(sandbox_entry::mount_scratch(root, config_.policy.scratch_bytes, outside_user.value_or(0)));
   KCORAL_TRY(sandbox_entry::mount_readable(root, readable_));
   KCORAL_TRY(sandbox_entry::mount_var(root));
-  KCORAL_TRY(sandbox_entry::mount_dev(root, config_.gpu, gpu));
+  KCORAL_TRY(sandbox_entry::mount_dev(root, config_.gpu, gpus));
   KCORAL_TRY(sandbox_entry::mount_proc(root));
   KCORAL_TRY(sandbox_entry::pivot_into(root));
   KCORAL_TRY(sandbox_entry::keep_only(std::move(keep)));

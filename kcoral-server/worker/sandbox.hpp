@@ -105,8 +105,9 @@ class Sandbox {
   void end();
   // Child: sets everything up. `keep` are descriptors to keep (all others are closed,
   // standard streams included, which then point at /dev/null); `visible_devices` names
-  // the GPU (a UUID) whose device nodes the worker gets. Returns where programs' working
-  // directories go.
+  // the GPUs (UUIDs joined by commas) whose device nodes the worker gets, and no other's:
+  // a GPU it names that the driver does not list fails the start. Returns where programs'
+  // working directories go.
   [[nodiscard]] Result<std::string> enter(std::vector<int> keep, const std::string& visible_devices);
 
   [[nodiscard]] const SandboxConfig& config() const { return config_; }

@@ -18,6 +18,8 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <sstream>
 
 #include "descriptor_table.hpp"
 #include "sandbox.hpp"
@@ -84,20 +86,20 @@ Status bind_read_only(const std::string& source, const std::string& target) {
 
 
 
-// The device nodes of the GPU `uuid`: the GPU's own and the driver's shared ones.
-std::vector<std::string> gpu_devices(const std::optional<NvidiaGpu>& gpu) {
+// The device nodes of `gpus`: each GPU's own and the driver's shared ones.
+std::vector<std::string> gpu_devices(const std::vector<NvidiaGpu>& gpus) {
   std::vector<std::string> devices{"nvidiactl", "nvidia-uvm"};
-  if (gpu) devices.push_back("nvidia" + std::to_string(gpu->minor));
+  for (const NvidiaGpu& gpu : gpus) devices.push_back("nvidia" + std::to_string(gpu.minor));
   return devices;
 }
 
-// What a GPU worker may read of /sys besides kSysPaths: its GPU's device directory and
+// What a GPU worker may read of /sys besides kSysPaths: its GPUs' device directories and
 // the NVIDIA modules.
-std::vector<std::string> gpu_sys_paths(const std::optional<NvidiaGpu>& gpu) {
+std::vector<std::string> gpu_sys_paths(const std::vector<NvidiaGpu>& gpus) {
   std::vector<std::string> paths;
   std::error_code ec;
-  if (gpu) {
-    fs::path device = fs::canonical("/sys/bus/pci/devices/" + gpu->bus_id, ec);
+  for (const NvidiaGpu& gpu : gpus) {
+    fs::path device = fs::canonical("/sys/bus/pci/devices/" + gpu.bus_id, ec);
     if (!ec && device.string().rfind("/sys/devices/", 0) == 0) paths.push_back(device.string());
   }
   for (const auto& module : fs::directory_iterator("/sys/module", ec))
@@ -191,21 +193,35 @@ Status make_directories(const std::string& path) {
   return {};
 }
 
-// The GPU whose UUID is `uuid`, from the driver's /proc files (one directory per GPU,
-// named by its bus id).
-std::optional<NvidiaGpu> find_gpu(const std::string& uuid) {
+// Each GPU's UUID and device minor, from the driver's /proc files: a directory per GPU,
+// named by its bus id, whose `information` has "GPU UUID:" and "Device Minor:" lines.
+Result<std::vector<NvidiaGpu>> find_gpus(const std::string& visible_devices, const std::string& driver_gpus) {
+  std::map<std::string, NvidiaGpu> listed;  // by UUID
   std::error_code ec;
-  for (const auto& gpu : fs::directory_iterator("/proc/driver/nvidia/gpus", ec)) {
+  for (const auto& gpu : fs::directory_iterator(driver_gpus, ec)) {
     std::ifstream information(gpu.path() / "information");
-    std::string line, found_uuid;
+    std::string line, uuid;
     std::optional<int> minor;
     while (std::getline(information, line)) {
-      if (line.rfind("GPU UUID:", 0) == 0) found_uuid = line.substr(line.find_first_not_of(" \t", 9));
-      if (line.rfind("Device Minor:", 0) == 0) minor = std::atoi(line.c_str() + 13);
+      auto value = [&](std::size_t from) {
+        std::size_t start = line.find_first_not_of(" \t", from);
+        return start == std::string::npos ? std::string() : line.substr(start);
+      };
+      if (line.starts_with("GPU UUID:")) uuid = value(9);
+      if (line.starts_with("Device Minor:")) minor = std::atoi(value(13).c_str());
     }
-    if (found_uuid == uuid && minor) return NvidiaGpu{*minor, gpu.path().filename().string()};
+    if (!uuid.empty() && minor) listed.emplace(uuid, NvidiaGpu{*minor, gpu.path().filename().string()});
   }
-  return std::nullopt;
+  std::vector<NvidiaGpu> gpus;
+  std::stringstream names(visible_devices);
+  for (std::string uuid; std::getline(names, uuid, ',');) {
+    auto found = listed.find(uuid);
+    if (found == listed.end())
+      return fail(ErrorKind::engine, "the worker's GPU " + uuid + " is not among the driver's GPUs (" + driver_gpus +
+                                         "): the GPUs changed since the server started; restart it");
+    gpus.push_back(found->second);
+  }
+  return gpus;
 }
 
 // Namespaces but the user's, which comes last (its maps are the zygote's to write), and
@@ -219,8 +235,8 @@ Status enter_namespaces() {
 
 // The new root: a small tmpfs holding mountpoints (read-only once built), with the system's
 // paths read-only on it, and of /sys the parts in kSysPaths and, for a GPU worker
-// (`gpu_worker`), the NVIDIA modules' and its own GPU's (`gpu`).
-Status mount_system(const std::string& root, bool gpu_worker, const std::optional<NvidiaGpu>& gpu) {
+// (`gpu_worker`), the NVIDIA modules' and its own GPUs' (`gpus`).
+Status mount_system(const std::string& root, bool gpu_worker, const std::vector<NvidiaGpu>& gpus) {
   KCORAL_TRY(mount_or_fail("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=16m"));
   for (const char* path : kSystemPaths) {
     struct stat info {};
@@ -237,7 +253,7 @@ Status mount_system(const std::string& root, bool gpu_worker, const std::optiona
   }
   std::vector<std::string> sys_paths(std::begin(kSysPaths), std::end(kSysPaths));
   if (gpu_worker)
-    for (std::string& path : gpu_sys_paths(gpu)) sys_paths.push_back(std::move(path));
+    for (std::string& path : gpu_sys_paths(gpus)) sys_paths.push_back(std::move(path));
   for (const std::string& path : sys_paths) KCORAL_TRY(bind_read_only(path, root + path));
   return {};
 }
@@ -275,14 +291,14 @@ Status mount_var(const std::string& root) {
   return mount_or_fail((root + kCompileCacheStandIn).c_str(), root + kCompileCacheMount, nullptr, MS_BIND);
 }
 
-// /dev: a few harmless nodes, a GPU worker's (`gpu_worker`) NVIDIA nodes and its own GPU's
-// (`gpu`), the standard links, and /dev/shm on the scratch space.
-Status mount_dev(const std::string& root, bool gpu_worker, const std::optional<NvidiaGpu>& gpu) {
+// /dev: a few harmless nodes, a GPU worker's (`gpu_worker`) NVIDIA nodes and its own GPUs'
+// (`gpus`), the standard links, and /dev/shm on the scratch space.
+Status mount_dev(const std::string& root, bool gpu_worker, const std::vector<NvidiaGpu>& gpus) {
   KCORAL_TRY(make_directories(root + "/dev"));
   KCORAL_TRY(mount_or_fail("tmpfs", root + "/dev", "tmpfs", MS_NOSUID | MS_NOEXEC, "mode=0755,size=64k"));
   std::vector<std::string> devices(std::begin(kDevices), std::end(kDevices));
   if (gpu_worker)
-    for (std::string& node : gpu_devices(gpu)) devices.push_back(std::move(node));
+    for (std::string& node : gpu_devices(gpus)) devices.push_back(std::move(node));
   for (const std::string& device : devices) {
     std::string host = "/dev/" + device;
     if (::access(host.c_str(), F_OK) != 0) continue;

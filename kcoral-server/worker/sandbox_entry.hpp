@@ -27,20 +27,25 @@ struct NvidiaGpu {
   int minor = 0;        // of /dev/nvidia<minor>
   std::string bus_id;   // its PCI address, 0000:00:06.0
 };
-// The GPU whose UUID is `uuid`, if this machine has it.
-[[nodiscard]] std::optional<NvidiaGpu> find_gpu(const std::string& uuid);
+// The GPUs that `visible_devices` (CUDA_VISIBLE_DEVICES: UUIDs joined by commas, as the
+// server sets it) names, in its order, as the driver's /proc files (`driver_gpus`: one
+// directory per GPU) list them; an error naming the first UUID that is not there. None for
+// an empty list.
+[[nodiscard]] Result<std::vector<NvidiaGpu>> find_gpus(const std::string& visible_devices,
+                                                       const std::string& driver_gpus = "/proc/driver/nvidia/gpus");
 
 // `path` and its missing parents.
 [[nodiscard]] Status make_directories(const std::string& path);
 
 // The steps, in order. `root`: where the new root is built (SandboxConfig::root_mountpoint);
-// `gpu_worker`: a GPU server's worker, which gets the NVIDIA nodes and modules and `gpu`'s.
+// `gpu_worker`: a GPU server's worker, which gets the NVIDIA nodes and modules and those of
+// its `gpus` (its program's GPUs, and no other).
 [[nodiscard]] Status enter_namespaces();
-[[nodiscard]] Status mount_system(const std::string& root, bool gpu_worker, const std::optional<NvidiaGpu>& gpu);
+[[nodiscard]] Status mount_system(const std::string& root, bool gpu_worker, const std::vector<NvidiaGpu>& gpus);
 [[nodiscard]] Status mount_scratch(const std::string& root, std::uint64_t scratch_bytes, uid_t owner);
 [[nodiscard]] Status mount_readable(const std::string& root, const std::vector<std::string>& readable);
 [[nodiscard]] Status mount_var(const std::string& root);
-[[nodiscard]] Status mount_dev(const std::string& root, bool gpu_worker, const std::optional<NvidiaGpu>& gpu);
+[[nodiscard]] Status mount_dev(const std::string& root, bool gpu_worker, const std::vector<NvidiaGpu>& gpus);
 [[nodiscard]] Status mount_proc(const std::string& root);
 [[nodiscard]] Status pivot_into(const std::string& root);
 [[nodiscard]] Status keep_only(std::vector<int> keep);

@@ -4,7 +4,9 @@
 // every descriptor but those kept and points the standard streams at /dev/null;
 // apply_limits sets each limit, keeps a lower hard limit the server was given, and refuses
 // a memory limit the worker already exceeds, saying what to raise it to (the address
-// space on a CPU server, the data segment on a GPU one). The steps that make namespaces
+// space on a CPU server, the data segment on a GPU one); find_gpus reads the driver's GPU
+// list (a made-up one here) and gives the GPUs a worker's CUDA_VISIBLE_DEVICES names, in
+// its order, refusing one the driver does not list. The steps that make namespaces
 // and mounts are checked through Sandbox::enter (sandbox_test.cpp).
 #include <doctest/doctest.h>
 
@@ -128,6 +130,45 @@ TEST_CASE("apply_limits refuses a memory limit below what the worker already hol
   CHECK(child["cpu"].find("which leaves 64 MiB for a program") != std::string::npos);
   CHECK(child["gpu"].find("of data segment (RLIMIT_DATA, on a GPU server)") != std::string::npos);
   CHECK(child["address_space"] == child["address_space_before"]);  // refused before anything was set
+}
+
+TEST_CASE("find_gpus gives the GPUs CUDA_VISIBLE_DEVICES names, in its order, and refuses one the driver does not list") {
+  std::string pattern = (fs::temp_directory_path() / "kcoral-gpus-test-XXXXXX").string();
+  REQUIRE(::mkdtemp(pattern.data()) != nullptr);
+  fs::path driver = pattern;
+  auto add_gpu = [&](const std::string& bus_id, const std::string& uuid, int minor) {
+    fs::create_directories(driver / bus_id);
+    std::ofstream(driver / bus_id / "information") << "Model: \t\t NVIDIA H200\nIRQ:   \t\t 16\nGPU UUID: \t\t " << uuid
+                                                   << "\nVideo BIOS: \t\t ??.??.??.??.??\nDevice Minor: \t\t " << minor
+                                                   << "\n";
+  };
+  add_gpu("0000:18:00.0", "GPU-aaaa", 0);
+  add_gpu("0000:2a:00.0", "GPU-bbbb", 1);
+  add_gpu("0000:3a:00.0", "GPU-cccc", 5);
+  fs::create_directories(driver / "0000:4a:00.0");  // a directory without its information: no GPU
+
+  auto two = entry::find_gpus("GPU-cccc,GPU-aaaa", driver.string());
+  REQUIRE(two.has_value());
+  REQUIRE(two->size() == 2);
+  CHECK((*two)[0].minor == 5);
+  CHECK((*two)[0].bus_id == "0000:3a:00.0");
+  CHECK((*two)[1].minor == 0);
+  CHECK((*two)[1].bus_id == "0000:18:00.0");
+
+  auto one = entry::find_gpus("GPU-bbbb", driver.string());
+  REQUIRE(one.has_value());
+  REQUIRE(one->size() == 1);
+  CHECK((*one)[0].minor == 1);
+
+  auto none = entry::find_gpus("", driver.string());
+  REQUIRE(none.has_value());
+  CHECK(none->empty());
+
+  auto unknown = entry::find_gpus("GPU-aaaa,GPU-dddd", driver.string());
+  REQUIRE_FALSE(unknown.has_value());
+  CHECK(unknown.error().message.find("GPU-dddd is not among the driver's GPUs") != std::string::npos);
+  CHECK_FALSE(entry::find_gpus("GPU-aaaa", (driver / "missing").string()).has_value());
+  fs::remove_all(driver);
 }
 
 }  // TEST_SUITE
