@@ -45,6 +45,13 @@ def benchmark(fn: Any, *args: Any) -> dict[str, Any]:
     launched. ``calls_with_other_activities`` counts the calls that launched something
     else, and ``activities_stable`` says that there were none.
 
+    A function that drives several GPUs (a program with ``gpu_count`` above 1) is timed on
+    all of them: every device it used is flushed and drained around each call, and each
+    call spans from its first activity on any device to its last on any. The report then
+    also has ``per_device``: for each device (``device``, as the program numbers them), the
+    median, min and max of its own span in the calls that used it (``calls``). A function
+    on one device gets no ``per_device``.
+
     The report says ``"timed": True``. Under a tool that instruments the GPU itself (the
     environment variable ``KCORAL_UNDER_TOOL`` names it; ``kcoral run ncu`` and ``kcoral
     run compute-sanitizer`` set it), timing would compete with the tool for CUPTI and

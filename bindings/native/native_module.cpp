@@ -175,7 +175,7 @@ PyObject* benchmark(PyObject*, PyObject* args) {
   PyRef clock_min = optional_clock(report->sm_clock_mhz_min);
   PyRef clock_max = optional_clock(report->sm_clock_mhz_max);
   if (!clock_min || !clock_max) return nullptr;
-  return Py_BuildValue(
+  PyRef built = PyRef::steal(Py_BuildValue(
       "{s:d,s:d,s:d,s:d,s:d,s:d,s:L,s:L,s:O,s:O,s:L,s:O,s:L,s:O,s:O}", "latency_ms_median",
       report->latency_ms_median, "latency_ms_mean", report->latency_ms_mean, "latency_ms_min",
       report->latency_ms_min, "latency_ms_max", report->latency_ms_max, "latency_ms_p10",
@@ -185,7 +185,20 @@ PyObject* benchmark(PyObject*, PyObject* args) {
       report->activities_stable ? Py_True : Py_False, "activities_per_call",
       static_cast<long long>(report->activities_per_call), "activities", activities.get(),
       "calls_with_other_activities", static_cast<long long>(report->calls_with_other_activities),
-      "sm_clock_mhz_min", clock_min.get(), "sm_clock_mhz_max", clock_max.get());
+      "sm_clock_mhz_min", clock_min.get(), "sm_clock_mhz_max", clock_max.get()));
+  if (!built || report->per_device.empty()) return built.release();
+  // Only for calls that ran on several devices: a one-GPU report keeps its keys.
+  PyRef per_device = PyRef::steal(PyList_New(0));
+  if (!per_device) return nullptr;
+  for (const kcoral::gpu::DeviceLatency& device : report->per_device) {
+    PyRef item = PyRef::steal(Py_BuildValue("{s:i,s:d,s:d,s:d,s:L}", "device", device.device, "latency_ms_median",
+                                            device.latency_ms_median, "latency_ms_min", device.latency_ms_min,
+                                            "latency_ms_max", device.latency_ms_max, "calls",
+                                            static_cast<long long>(device.calls)));
+    if (!item || PyList_Append(per_device.get(), item.get()) != 0) return nullptr;
+  }
+  if (PyDict_SetItemString(built.get(), "per_device", per_device.get()) != 0) return nullptr;
+  return built.release();
 }
 #endif
 

@@ -2,7 +2,9 @@
 //
 // Each call is measured from its first GPU activity to its last (kernels, copies,
 // memsets; gaps included, host work before and after excluded), from CUPTI activity
-// records. Activities are attributed to a call by fencing it: the device is drained
+// records, on whichever devices it uses: a call that drives several GPUs spans from the
+// first activity on any to the last on any, with each device's span beside it.
+// Activities are attributed to a call by fencing it: every device it uses is drained
 // before and after each call, and the activities that start inside that window on
 // CUPTI's clock are the call's. No API tracing runs in the timed loop, and CUPTI's
 // buffers are read only after it. The optional L2 flush (zeroing twice the L2) happens
@@ -32,6 +34,16 @@ struct BenchmarkConfig {
   bool flush_l2 = true;
 };
 
+// One device's part of the calls, when they ran on several: from its first activity in a
+// call to its last, over the calls that used it.
+struct DeviceLatency {
+  int device = 0;  // the CUDA device, as the program sees it (0..n-1)
+  double latency_ms_median = 0;
+  double latency_ms_min = 0;
+  double latency_ms_max = 0;
+  std::int64_t calls = 0;  // timed calls with activity on it
+};
+
 struct BenchmarkReport {
   double latency_ms_median = 0;
   double latency_ms_mean = 0;
@@ -50,6 +62,9 @@ struct BenchmarkReport {
   bool activities_stable = true;  // calls_with_other_activities == 0
   std::optional<unsigned> sm_clock_mhz_min;  // sampled during the timed calls
   std::optional<unsigned> sm_clock_mhz_max;
+  // By device, when the calls ran on more than one (the latencies above then span all of
+  // them: from the first activity on any to the last on any); empty otherwise.
+  std::vector<DeviceLatency> per_device;
 };
 
 // A call of the measured function. A failure is passed through unchanged: the caller

@@ -22,6 +22,7 @@ struct GpuActivity {
   std::uint64_t start_ns = 0;  // CUPTI's clock (cuptiGetTimestamp)
   std::uint64_t end_ns = 0;
   std::string name;  // kernel name; "memcpy"/"memset" otherwise
+  std::uint32_t device = 0;  // the CUDA device (ordinal) it ran on
 };
 
 class ActivityRecorder {

@@ -52,9 +52,93 @@ class L2Flusher {
   CUdeviceptr buffer_ = 0;
 };
 
+// The devices a measured function uses: the current context's, and every other visible
+// device whose primary context is active once the function's first call has run (none,
+// unless it drives several GPUs), each with its L2 flusher when flushing. A fence flushes
+// each and drains each; with one device that is the current context's flush and drain.
+class Devices {
+ public:
+  static Result<Devices> find(const DriverApi& cuda, bool flush_l2) {
+    CUcontext home = nullptr;
+    KCORAL_CU_TRY(cuda.cuCtxGetCurrent(&home));
+    CUdevice home_device = -1;
+    if (home != nullptr) KCORAL_CU_TRY(cuda.cuCtxGetDevice(&home_device));
+    Devices devices(cuda, home);
+    int count = 0;
+    KCORAL_CU_TRY(cuda.cuDeviceGetCount(&count));
+    for (int ordinal = 0; ordinal < count; ++ordinal) {
+      CUdevice device = 0;
+      KCORAL_CU_TRY(cuda.cuDeviceGet(&device, ordinal));
+      unsigned flags = 0;
+      int active = 0;
+      KCORAL_CU_TRY(cuda.cuDevicePrimaryCtxGetState(device, &flags, &active));
+      if (device == home_device || active == 0) continue;
+      auto context = PrimaryContext::retain(cuda, ordinal);
+      if (!context) return std::unexpected(context.error());
+      devices.others_.push_back({std::move(*context), std::nullopt});
+    }
+    if (flush_l2) KCORAL_TRY(devices.make_flushers());
+    return devices;
+  }
+
+  // Flushes every L2 (when flushing), then drains every device.
+  Status fence() const {
+    if (home_flusher_) KCORAL_TRY(home_flusher_->flush());
+    for (const Other& other : others_)
+      if (other.flusher) KCORAL_TRY(in(other.context.get(), [&] { return other.flusher->flush(); }));
+    return drain();
+  }
+
+  Status drain() const {
+    KCORAL_CU_TRY(cuda_.cuCtxSynchronize());
+    for (const Other& other : others_)
+      KCORAL_TRY(in(other.context.get(), [&]() -> Status {
+        KCORAL_CU_TRY(cuda_.cuCtxSynchronize());
+        return {};
+      }));
+    return {};
+  }
+
+ private:
+  struct Other {
+    PrimaryContext context;
+    std::optional<L2Flusher> flusher;
+  };
+  Devices(const DriverApi& cuda, CUcontext home) : cuda_(cuda), home_(home) {}
+
+  Status make_flushers() {
+    auto home = L2Flusher::make(cuda_);
+    if (!home) return std::unexpected(home.error());
+    home_flusher_.emplace(std::move(*home));
+    for (Other& other : others_)
+      KCORAL_TRY(in(other.context.get(), [&]() -> Status {
+        auto made = L2Flusher::make(cuda_);
+        if (!made) return std::unexpected(made.error());
+        other.flusher.emplace(std::move(*made));
+        return {};
+      }));
+    return fence();  // the first touch of each buffer
+  }
+
+  // `step` with `context` current, the function's own context current again after it.
+  template <class Step>
+  Status in(CUcontext context, Step step) const {
+    KCORAL_CU_TRY(cuda_.cuCtxSetCurrent(context));
+    Status status = step();
+    KCORAL_CU_TRY(cuda_.cuCtxSetCurrent(home_));
+    return status;
+  }
+
+  const DriverApi& cuda_;
+  CUcontext home_;
+  std::optional<L2Flusher> home_flusher_;
+  std::vector<Other> others_;
+};
+
 struct CallTrace {
   double span_ms = 0;
   std::vector<std::string> activities;  // kinds and names, in start order
+  std::map<std::uint32_t, double> device_span_ms;  // each device's first activity to its last
 };
 
 double percentile(std::vector<double> sorted, double fraction) {
@@ -99,23 +183,14 @@ Result<BenchmarkReport> run_benchmark(const BenchmarkCall& call, const Benchmark
   if (cuda == nullptr) return fail(ErrorKind::unavailable, "benchmark needs a GPU: " + load_error());
   auto recorder = ActivityRecorder::get();
   if (!recorder) return std::unexpected(recorder.error());
-  std::optional<L2Flusher> flusher;
 
-  // The first call may compile, load modules or allocate: it makes the context current.
+  // The first call may compile, load modules or allocate: it makes the context current,
+  // and the contexts of whatever other devices the function drives.
   KCORAL_TRY(call());
   KCORAL_CU_TRY(cuda->cuCtxSynchronize());
-  if (config.flush_l2) {
-    auto made = L2Flusher::make(*cuda);
-    if (!made) return std::unexpected(made.error());
-    flusher.emplace(std::move(*made));
-    if (auto status = flusher->flush(); !status) return std::unexpected(status.error());  // first touch
-  }
-  auto fence = [&]() -> Status {
-    if (flusher)
-      if (auto status = flusher->flush(); !status) return status;
-    KCORAL_CU_TRY(cuda->cuCtxSynchronize());
-    return {};
-  };
+  auto devices = Devices::find(*cuda, config.flush_l2);
+  if (!devices) return std::unexpected(devices.error());
+  auto fence = [&] { return devices->fence(); };
 
   // One iteration as the timed loop runs it: flush, call, drain. The budgets bound the
   // iterations' wall time, flushes and drains included, not the calls' alone: for a
@@ -124,7 +199,7 @@ Result<BenchmarkReport> run_benchmark(const BenchmarkCall& call, const Benchmark
     Clock::time_point started = Clock::now();
     KCORAL_TRY(fence());
     KCORAL_TRY(call());
-    KCORAL_CU_TRY(cuda->cuCtxSynchronize());
+    KCORAL_TRY(devices->drain());
     return std::chrono::duration<double, std::milli>(Clock::now() - started).count();
   };
   auto since = [](Clock::time_point start) {
@@ -157,7 +232,7 @@ Result<BenchmarkReport> run_benchmark(const BenchmarkCall& call, const Benchmark
     std::sort(iteration_ms.begin(), iteration_ms.end());
     report.repeat = count_for(config.repeat_ms, iteration_ms[iteration_ms.size() / 2]);
   }
-  KCORAL_CU_TRY(cuda->cuCtxSynchronize());
+  KCORAL_TRY(devices->drain());
 
   auto recording = (*recorder)->record();
   if (!recording) return std::unexpected(recording.error());
@@ -181,10 +256,7 @@ Result<BenchmarkReport> run_benchmark(const BenchmarkCall& call, const Benchmark
     if (loop = fence(); !loop) break;
     std::uint64_t called_at = (*recorder)->now_ns();
     if (loop = call(); !loop) break;
-    if (CUresult synced = cuda->cuCtxSynchronize(); synced != CUDA_SUCCESS) {
-      loop = fail(ErrorKind::runtime, describe(synced, "cuCtxSynchronize"));
-      break;
-    }
+    if (loop = devices->drain(); !loop) break;
     windows.emplace_back(called_at, (*recorder)->now_ns());
     if (!uuid.empty() && (i % 16 == 0 || i + 1 == report.repeat))
       if (auto mhz = sm_clock_mhz(uuid)) clocks.push_back(*mhz);
@@ -196,11 +268,17 @@ Result<BenchmarkReport> run_benchmark(const BenchmarkCall& call, const Benchmark
   for (const auto& [from, to] : windows) {
     while (next != activities.end() && next->start_ns < from) ++next;  // flushes, strays
     CallTrace trace;
-    std::uint64_t first = 0, last = 0;
+    std::map<std::uint32_t, std::pair<std::uint64_t, std::uint64_t>> device_window;  // first start, last end
     for (; next != activities.end() && next->start_ns <= to; ++next) {
-      if (trace.activities.empty()) first = next->start_ns;
-      last = std::max(last, next->end_ns);
+      auto [window, first_here] = device_window.try_emplace(next->device, next->start_ns, next->end_ns);
+      if (!first_here) window->second.second = std::max(window->second.second, next->end_ns);
       trace.activities.push_back(next->name);
+    }
+    std::uint64_t first = UINT64_MAX, last = 0;
+    for (const auto& [device, window] : device_window) {
+      trace.device_span_ms[device] = static_cast<double>(window.second - window.first) / 1e6;
+      first = std::min(first, window.first);
+      last = std::max(last, window.second);
     }
     if (!trace.activities.empty()) trace.span_ms = static_cast<double>(last - first) / 1e6;
     traces.push_back(std::move(trace));
@@ -222,6 +300,17 @@ Result<BenchmarkReport> run_benchmark(const BenchmarkCall& call, const Benchmark
   report.latency_ms_max = spans.back();
   report.latency_ms_p10 = percentile(spans, 0.1);
   report.latency_ms_p90 = percentile(spans, 0.9);
+  // Per device, when the calls ran on more than one: each device's span in the calls that
+  // used it.
+  std::map<std::uint32_t, std::vector<double>> device_spans;
+  for (const CallTrace& trace : traces)
+    for (const auto& [device, span] : trace.device_span_ms) device_spans[device].push_back(span);
+  if (device_spans.size() > 1)
+    for (auto& [device, of_device] : device_spans) {
+      std::sort(of_device.begin(), of_device.end());
+      report.per_device.push_back({static_cast<int>(device), percentile(of_device, 0.5), of_device.front(),
+                                   of_device.back(), static_cast<std::int64_t>(of_device.size())});
+    }
   // The activities most calls launched: a stray first or last call does not define them.
   std::map<std::vector<std::string>, std::int64_t> patterns;
   for (const CallTrace& trace : traces) ++patterns[trace.activities];

@@ -64,14 +64,23 @@ class GpuDevice final : public Device {
   }
 
   Status prepare() override {
-    // The context the frameworks (torch, triton, TVM) share: the device's primary one,
-    // retained once for the life of this device.
-    if (!context_) {
-      auto context = gpu::PrimaryContext::retain(cuda_, 0);
-      if (!context) return std::unexpected(context.error());
-      context_ = std::move(*context);
+    // The contexts the frameworks (torch, triton, TVM) share: each visible device's primary
+    // one (the worker's GPUs: one, or a program's several), retained once for the life of
+    // this device; the first is current.
+    if (contexts_.empty()) {
+      KCORAL_CU_TRY(cuda_.cuInit(0));
+      int count = 0;
+      KCORAL_CU_TRY(cuda_.cuDeviceGetCount(&count));
+      if (count == 0) return fail(ErrorKind::unavailable, "CUDA sees no device in this worker");
+      std::vector<gpu::PrimaryContext> contexts;
+      for (int ordinal = 0; ordinal < count; ++ordinal) {
+        auto context = gpu::PrimaryContext::retain(cuda_, ordinal);
+        if (!context) return std::unexpected(context.error());
+        contexts.push_back(std::move(*context));
+      }
+      contexts_ = std::move(contexts);
     }
-    KCORAL_CU_TRY(cuda_.cuCtxSetCurrent(context_->get()));
+    KCORAL_CU_TRY(cuda_.cuCtxSetCurrent(contexts_.front().get()));
     try {
       KCORAL_PY_CHECK(PyObject_CallMethod(support_.get(), "prepare_cuda", nullptr));
     } catch (const cpython::PythonException& e) {
@@ -86,7 +95,16 @@ class GpuDevice final : public Device {
     CUresult current = cuda_.cuCtxGetCurrent(&context);
     if (current == CUDA_ERROR_NOT_INITIALIZED) return {};  // nothing ever used CUDA here
     if (current != CUDA_SUCCESS) return fail(ErrorKind::runtime, gpu::describe(current, "cuCtxGetCurrent"));
-    if (context != nullptr) KCORAL_CU_TRY(cuda_.cuCtxSynchronize());
+    if (context == nullptr) return {};
+    KCORAL_CU_TRY(cuda_.cuCtxSynchronize());
+    // A program on several GPUs: the other devices drain too, before its lease goes.
+    for (const gpu::PrimaryContext& other : contexts_) {
+      if (other.get() == context) continue;
+      KCORAL_CU_TRY(cuda_.cuCtxSetCurrent(other.get()));
+      CUresult synced = cuda_.cuCtxSynchronize();
+      KCORAL_CU_TRY(cuda_.cuCtxSetCurrent(context));
+      if (synced != CUDA_SUCCESS) return fail(ErrorKind::runtime, gpu::describe(synced, "cuCtxSynchronize"));
+    }
     return {};
   }
 
@@ -119,7 +137,7 @@ class GpuDevice final : public Device {
 
   PyRef support_;
   const gpu::DriverApi& cuda_;
-  std::optional<gpu::PrimaryContext> context_;  // from the first prepare()
+  std::vector<gpu::PrimaryContext> contexts_;  // by device ordinal, from the first prepare()
 };
 
 }  // namespace
