@@ -11,7 +11,9 @@
 namespace kcoral {
 
 unsigned agent_weight_percent(const WorkerPool::Load& load) {
-  std::size_t held = load.running + load.waiting + 1;  // the new program too
+  // Counted in GPUs, as the capacity is (workers per GPU): a program of eight GPUs keeps
+  // eight workers' worth of the server from others. The new program too, as one.
+  std::size_t held = load.gpus_running + load.gpus_waiting + 1;
   std::size_t percent = 100 * load.capacity / held;
   return static_cast<unsigned>(std::clamp<std::size_t>(percent, 1, 100));
 }

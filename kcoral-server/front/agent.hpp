@@ -27,9 +27,12 @@ namespace kcoral {
 
 // The weight a server with this load should have, in percent (1 to 100) of its
 // configured weight: the share of one worker that a program sent now would get if the
-// server divided its workers evenly among everything it holds, the new program included
-// (capacity / (running + waiting + 1), at most 1). An idle or partly busy server is 100;
-// one worker running 1 program is 50, with one more waiting 33. Never 0 while serving:
+// server divided its workers evenly among everything it holds, the new program included.
+// Both sides are counted in GPUs, since a program of n GPUs holds n GPUs' workers' worth:
+// capacity / (gpus_running + gpus_waiting + 1), at most 1 (on a CPU server, a program is
+// one). An idle or partly busy server is 100; one worker running 1 program is 50, with one
+// more waiting 33; a server of 8 GPUs, one worker each, running a program of all 8 is 88,
+// as if it ran 8 programs of one GPU. Never 0 while serving:
 // a farm whose servers are all busy must still take programs (they queue), and a sample
 // one agent interval old should shift traffic, not stampede it onto one server.
 [[nodiscard]] unsigned agent_weight_percent(const WorkerPool::Load& load);

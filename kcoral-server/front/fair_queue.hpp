@@ -53,6 +53,12 @@ class FairQueue {
     return chosen;
   }
 
+  // The item pop() would return, left in place; null when none waits.
+  [[nodiscard]] const T* peek() const {
+    std::optional<std::size_t> chosen = next_tenant();
+    return chosen ? &tenants_[*chosen].waiting.front() : nullptr;
+  }
+
   // The next item by fairness (see above), counted as running for its tenant; nullopt
   // when none waits.
   [[nodiscard]] std::optional<T> pop() {

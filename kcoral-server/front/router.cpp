@@ -92,7 +92,9 @@ HttpResponse health(const HttpRequest& request, ServerState& state, const std::s
             {"gpu_count", state.gpu_count},
             {"load", {{"request_capacity", load.capacity},
                       {"requests_in_progress", load.running},
-                      {"requests_waiting", load.waiting}}},
+                      {"requests_waiting", load.waiting},
+                      {"gpus_in_progress", load.gpus_running},
+                      {"gpus_waiting", load.gpus_waiting}}},
             {"target", state.target_arch.empty() ? Json::object() : Json{{"arch", state.target_arch}}},
             {"versions", std::move(versions)}};
   return make_response({state.stopping ? 503 : 200, "application/json", body.dump()}, request_id,

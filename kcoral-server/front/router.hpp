@@ -101,8 +101,9 @@ struct ExecuteRecord {
 };
 void record_execute(ServerState& state, const ExecuteRecord& record);
 // A worker start that failed, for the event log: a line of its own, with `"event":
-// "worker_start_failed"` and no request id. `gpu`: the UUID of its group's GPU (empty on
-// a CPU server); `failures_in_row`: its group's, this one included.
+// "worker_start_failed"` and no request id. `gpu`: the UUID of its group's GPU, or a set
+// group's UUIDs joined by commas (empty on a CPU server); `failures_in_row`: its group's,
+// this one included.
 struct StartFailureRecord {
   std::string_view gpu;
   long pid = 0;

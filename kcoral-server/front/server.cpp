@@ -123,7 +123,8 @@ void fill_in_defaults(ServerConfig& config) {
 }
 
 // The pool's shape: one group of CPU workers, or one per GPU of --gpus (with the first
-// one's architecture, /health's target).
+// one's architecture, /health's target), where a program may hold up to every GPU (the
+// protocol's most being 8), in the set groups the pool makes for that.
 struct PoolShape {
   WorkerPool::Config pool;
   std::string target_arch;
@@ -156,6 +157,7 @@ Step<PoolShape> shape_pool(const ServerConfig& config) {
                  gpu->arch().c_str());
   }
   pool.workers_per_group = config.workers_per_gpu;
+  pool.max_gpus_per_program = std::min<std::size_t>(pool.groups.size(), kMaxGpuCount);
   return shape;
 }
 
@@ -164,7 +166,12 @@ Step<PoolShape> shape_pool(const ServerConfig& config) {
 // the sandbox's user ids. Returns the descriptor limit.
 Step<std::uint64_t> fit_descriptors_and_users(ServerConfig& config, const WorkerPool::Config& pool) {
   std::uint64_t descriptor_limit = raise_descriptor_limit();
-  std::size_t workers = pool.groups.size() * (pool.workers_per_group + pool.context_inits_at_once);
+  // Per GPU, its prepared workers and those making contexts; per set group, the most of
+  // its workers that run or start at once (WorkerPool: workers_per_group), forked only
+  // for programs of several GPUs, so a bound rarely reached.
+  std::size_t set_groups = gpu_blocks(pool.groups.size(), pool.max_gpus_per_program).size();
+  std::size_t workers = pool.groups.size() * (pool.workers_per_group + pool.context_inits_at_once) +
+                        set_groups * pool.workers_per_group;
   DescriptorPlan plan = plan_descriptors(descriptor_limit, config.max_connections, config.blob_cache_max_files, workers);
   if (plan.max_connections == 0)
     return refuse(1, "the descriptor limit of " + std::to_string(descriptor_limit) + " is too low for " +
@@ -435,13 +442,16 @@ int run_server(ServerConfig config) {
   // Each failed start is said (once the server listens: before, the first failure ends
   // the start with its message) and logged; so is the state in which none can start.
   std::atomic<bool> listening{false};
-  pool_config.start_failed = [&listening, event_log = logs->requests.get(), groups = pool_config.groups,
+  pool_config.start_failed = [&listening, event_log = logs->requests.get(),
+                              groups = worker_groups(pool_config.groups, pool_config.max_gpus_per_program),
                               gpu = config.device == "gpu"](const WorkerSupply::StartEnd& end,
                                                             std::size_t failures_in_row) {
-    std::string of_gpu = gpu && end.group < groups.size() ? groups[end.group] : std::string();
+    // Its GPU's UUID, or a set group's UUIDs joined by commas.
+    std::string of_gpu = gpu && end.group < groups.size() ? groups[end.group].visible_devices : std::string();
+    const char* of = of_gpu.empty() ? "" : of_gpu.find(',') == std::string::npos ? " of GPU " : " of GPUs ";
     if (listening)
-      std::fprintf(stderr, "kcoral-server: a worker%s%s failed to start (%zu in a row): %.2000s\n",
-                   of_gpu.empty() ? "" : " of GPU ", of_gpu.c_str(), failures_in_row, end.failure->c_str());
+      std::fprintf(stderr, "kcoral-server: a worker%s%s failed to start (%zu in a row): %.2000s\n", of,
+                   of_gpu.c_str(), failures_in_row, end.failure->c_str());
     record_start_failure(event_log, {of_gpu, static_cast<long>(end.pid), *end.failure, end.timed_out, failures_in_row});
   };
   pool_config.failing_changed = [&listening](bool failing, const std::string& why) {
@@ -459,9 +469,8 @@ int run_server(ServerConfig config) {
                     config.device == "gpu" ? pool_config.groups.size() : 0, shape->target_arch,
                     std::move(*tenants)};
   state.descriptor_limit = *descriptor_limit;
-  // A program's worker is pinned to one GPU: more is refused until workers span GPUs.
   state.execute.server_gpus = state.gpu_count;
-  state.execute.max_gpus_per_program = std::min<std::size_t>(state.gpu_count, 1);
+  state.execute.max_gpus_per_program = state.gpu_count == 0 ? 0 : pool_config.max_gpus_per_program;
   state.event_log = logs->requests.get();
   state.anonymous_log = logs->anonymous.get();
 

@@ -68,12 +68,13 @@ Status send_job(const Channel& channel, const ExecuteJob& job) {
 
 }  // namespace
 
-WorkerHandle::WorkerHandle(Strand strand, Process process, std::size_t group, UniqueFd channel,
-                           LeaseBroker& leases, Events events, Limits limits)
+WorkerHandle::WorkerHandle(Strand strand, Process process, std::size_t group, std::vector<std::size_t> gpus,
+                           UniqueFd channel, LeaseBroker& leases, Events events, Limits limits)
     : strand_(strand),
       pid_(process.pid()),
       process_(std::move(process)),
       group_(group),
+      gpus_(std::move(gpus)),
       channel_(std::move(channel), limits.max_message_bytes),
       readable_(strand),
       leases_(leases),
@@ -152,7 +153,7 @@ void WorkerHandle::on_init_lease(bool acquire) {
   if (!acquire) {
     if (!init_turn_held_) return violation("gave back a context-making turn it does not hold");
     init_turn_held_ = false;
-    leases_.release_init(group_, pid_);
+    leases_.release_init(gpus_, pid_);
     return;
   }
   if (init_turn_asked_ || init_turn_held_) return violation("asked twice for a context-making turn");
@@ -167,7 +168,7 @@ void WorkerHandle::on_init_lease(bool acquire) {
   // Waiting for the turn is other workers' time, not this start's.
   ready_remaining_ = std::max(Clock::duration::zero(), ready_deadline_at_ - Clock::now());
   ready_deadline_.cancel();
-  leases_.acquire_init(group_, pid_, [weak = weak_from_this()] {
+  leases_.acquire_init(gpus_, pid_, [weak = weak_from_this()] {
     auto self = weak.lock();
     if (!self || !self->init_turn_asked_ || self->state_ == State::gone) return;
     self->init_turn_asked_ = false;
@@ -206,15 +207,14 @@ void WorkerHandle::on_lease(bool acquire) {
       self->send_grant();
     });
   };
-  if (auto status = leases_.acquire_program(group_, pid_, granted); !status) violation(status.error().message);
+  if (auto status = leases_.acquire_program(gpus_, pid_, granted); !status) violation(status.error().message);
 }
 
 void WorkerHandle::on_gpu_access() {
   if (state_ != State::running) return violation("'gpu_access' without a job");
   if (interfered_request_id_) return;
-  // A cpu_only call used the GPU: note whose program held it at that moment.
-  if (auto holder = leases_.program_holder(group_); holder && *holder != pid_)
-    interfered_request_id_ = events_.request_of(*holder);
+  // A cpu_only call used a GPU: note whose program held one of the worker's at that moment.
+  if (auto holder = leases_.program_holder(gpus_, pid_)) interfered_request_id_ = events_.request_of(*holder);
 }
 
 void WorkerHandle::on_failed(const std::string& message) {
@@ -430,7 +430,7 @@ void WorkerHandle::finish(Result<ProgramResult> result, std::string worker_retir
   grace_.cancel();
   lease_ = LeaseState::none;
   // Whatever the worker holds comes back here, also when it was killed.
-  LeaseTimes lease = leases_.finish(group_, pid_);
+  LeaseTimes lease = leases_.finish(gpus_, pid_);
   ResponseTimings timings{ms_between(job->received, dispatched_), ms_between(dispatched_, Clock::now()),
                           lease.wait_ms, lease.held_ms};
   events_.finished(shared_from_this(), std::move(job), {std::move(result), timings, std::move(worker_retired)});
@@ -459,7 +459,7 @@ void WorkerHandle::let_go() {
   readable_.close(ignored);
   channel_ = Channel();  // the child sees its channel close and exits
   init_turn_asked_ = init_turn_held_ = false;
-  (void)leases_.finish(group_, pid_);
+  (void)leases_.finish(gpus_, pid_);
   events_.gone(shared_from_this());
 }
 

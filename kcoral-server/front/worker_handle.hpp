@@ -40,6 +40,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "channel.hpp"
 #include "execute_job.hpp"
@@ -83,9 +84,11 @@ class WorkerHandle : public std::enable_shared_from_this<WorkerHandle> {
   };
 
   // `process`: the worker, by the pidfd its parent opened; every signal goes through it, so
-  // none reaches another process once the worker parent has reaped this one.
-  WorkerHandle(Strand strand, Process process, std::size_t group, UniqueFd channel, LeaseBroker& leases,
-               Events events, Limits limits);
+  // none reaches another process once the worker parent has reaped this one. `group`: the
+  // supply's group it was forked for; `gpus`: that group's GPUs, the ones it sees, whose
+  // leases and context-making turns it asks for (LeaseBroker).
+  WorkerHandle(Strand strand, Process process, std::size_t group, std::vector<std::size_t> gpus, UniqueFd channel,
+               LeaseBroker& leases, Events events, Limits limits);
   WorkerHandle(const WorkerHandle&) = delete;
   WorkerHandle& operator=(const WorkerHandle&) = delete;
 
@@ -110,6 +113,7 @@ class WorkerHandle : public std::enable_shared_from_this<WorkerHandle> {
   [[nodiscard]] std::optional<std::size_t> tenant() const { return tenant_; }
   void bind(std::size_t tenant) { tenant_ = tenant; }
   [[nodiscard]] std::size_t group() const { return group_; }
+  [[nodiscard]] const std::vector<std::size_t>& gpus() const { return gpus_; }
   [[nodiscard]] State state() const { return state_; }
   [[nodiscard]] const std::shared_ptr<ExecuteJob>& job() const { return job_; }
 
@@ -147,6 +151,7 @@ class WorkerHandle : public std::enable_shared_from_this<WorkerHandle> {
   Process process_;
   std::optional<std::size_t> tenant_;
   std::size_t group_;
+  std::vector<std::size_t> gpus_;
   Channel channel_;
   boost::asio::posix::stream_descriptor readable_;
   LeaseBroker& leases_;

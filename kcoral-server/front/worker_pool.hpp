@@ -7,9 +7,19 @@
 // WorkerSupply and speak through their WorkerHandle (which runs the job: delivery,
 // deadline, crash attribution); the GPU leases they ask for go through the LeaseBroker.
 // The pool is ready once the supply's start trial has passed (the first worker of every
-// group is alive). While no worker can start (WorkerStarts::failing: every group's last
-// starts failed), jobs that no idle worker takes are answered `engine` at once, with the
-// workers' failure, instead of waiting for the queue timeout.
+// prepared group is alive). While no worker can start (WorkerStarts::failing: every
+// prepared group's last starts failed), jobs that no idle worker takes are answered
+// `engine` at once, with the workers' failure, instead of waiting for the queue timeout.
+//
+// A program of several GPUs (options.gpu_count n > 1) runs in a worker of a set group
+// (WorkerGroups), which sees n GPUs and leases all n at once. When its turn comes, the
+// job leaves the queue (running for its tenant from then on) and awaits a worker of the
+// block of n GPUs least busy now, which the supply forks for it; the loop goes on with the
+// next jobs meanwhile, so programs of one GPU are not held up by that start (a fork and n
+// CUDA contexts). A set group's worker runs the first job awaiting its group, and none
+// other; a failed start answers the first job awaiting its group `engine` with the reason.
+// At most workers_per_group jobs of a set group run or have a worker starting at once;
+// further ones await a place, their queue timeout still running.
 // Every mutation happens on the pool's strand; submit(), drain(), load(), versions(),
 // ready() and startup_error() may be called from any thread. A job's `done` runs on the
 // strand and must hand heavy work (encoding the response) elsewhere.
@@ -30,6 +40,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,6 +48,7 @@
 #include "execute_job.hpp"
 #include "fair_queue.hpp"
 #include "lease_broker.hpp"
+#include "worker_groups.hpp"
 #include "worker_supply.hpp"
 
 namespace kcoral {
@@ -50,6 +62,9 @@ class WorkerPool {
     std::vector<std::string> groups{""};
     // Each group's GPU by its --gpus index, which the responses name; empty on a CPU server.
     std::vector<int> gpu_ids;
+    // The most GPUs one program may hold: from 2 on, set groups of that many GPUs and
+    // fewer are made (WorkerGroups). 1 on a CPU server.
+    std::size_t max_gpus_per_program = 1;
     std::size_t programs_per_worker = 1;  // 1: a fresh process for every program
     // GPU: workers of one GPU that make their CUDA context at the same time. Contexts take
     // a quarter second or more to make; with fresh workers this bounds programs/s.
@@ -71,9 +86,13 @@ class WorkerPool {
     ZygoteConfig zygote;
   };
   struct Load {
-    std::size_t capacity = 0;
-    std::size_t running = 0;
-    std::size_t waiting = 0;
+    std::size_t capacity = 0;  // workers of the prepared groups that may run at once
+    std::size_t running = 0;   // jobs running, or awaiting a worker started for them
+    std::size_t waiting = 0;   // jobs in the queue
+    // The same weighted by GPUs: a program counts its gpu_count, at least 1 (on a CPU
+    // server, as running and waiting).
+    std::size_t gpus_running = 0;
+    std::size_t gpus_waiting = 0;
   };
   struct TenantLoad {
     std::size_t running = 0;
@@ -90,10 +109,12 @@ class WorkerPool {
   // Refuses queued and new jobs, lets running ones finish, stops the workers, then calls
   // `drained` (on the strand).
   void drain(std::function<void()> drained);
-  // Kills the programs running now; each is answered with `error` (drain's end comes sooner).
+  // Kills the programs running now; each is answered with `error` (drain's end comes
+  // sooner), as is each job awaiting a worker.
   void abort_running(Error error);
-  // The job's client went away: a queued job leaves the queue, a running one is killed;
-  // either is answered with `error` (a finished one is left alone).
+  // The job's client went away: a queued job leaves the queue, one awaiting a worker stops
+  // waiting, a running one is killed; each is answered with `error` (a finished one is
+  // left alone).
   void cancel(std::shared_ptr<ExecuteJob> job, Error error);
 
   [[nodiscard]] Load load() const;
@@ -112,12 +133,28 @@ class WorkerPool {
  private:
   struct Queued {
     std::shared_ptr<ExecuteJob> job;
-    std::unique_ptr<boost::asio::steady_timer> timer;
+    std::unique_ptr<boost::asio::steady_timer> timer;  // the queue timeout
+  };
+  // A job out of the queue, waiting for a worker of its set group.
+  struct Awaiting {
+    Queued queued;
+    std::size_t group = 0;
   };
 
   // False when the job's tenant has its most waiting (never for a job put back).
   [[nodiscard]] bool enqueue(std::shared_ptr<ExecuteJob> job, bool put_back);
+  [[nodiscard]] Queued pop_queued();
+  [[nodiscard]] std::vector<Queued> take_all_queued();
+  // Takes `job` out of the queue or the awaiting jobs, whichever holds it.
+  [[nodiscard]] std::optional<Queued> withdraw(const std::shared_ptr<ExecuteJob>& job);
+  [[nodiscard]] std::vector<Queued> take_all_awaiting();
   void dispatch();
+  void await_worker(Queued queued);
+  void want_set_workers();
+  [[nodiscard]] std::vector<std::size_t> programs_on_gpus() const;
+  [[nodiscard]] std::vector<int> gpu_ids_of(std::size_t group) const;
+  void on_idle(const WorkerPtr& worker);
+  void on_set_start_failed(const WorkerSupply::StartEnd& end);
   void on_finished(const WorkerPtr& worker, std::shared_ptr<ExecuteJob> job, JobOutcome outcome);
   void on_gone(const WorkerPtr& worker);
   void on_start_ended(const WorkerSupply::StartEnd& end);
@@ -130,12 +167,15 @@ class WorkerPool {
 
   boost::asio::strand<boost::asio::io_context::executor_type> strand_;
   Config config_;
+  std::vector<WorkerGroup> groups_;  // the per-GPU groups, then the set groups
   LeaseBroker leases_;
   WorkerSupply supply_;
 
-  std::deque<WorkerPtr> idle_;
+  std::deque<WorkerPtr> idle_;  // of the per-GPU groups; a set group's worker is never idle here
   std::vector<std::size_t> running_;  // per group
   FairQueue<Queued> queue_;
+  std::size_t queued_gpus_ = 0;   // the GPUs the queued jobs ask for
+  std::deque<Awaiting> awaiting_;  // in the order they left the queue
   bool draining_ = false;
   std::function<void()> drained_;
 
@@ -144,6 +184,8 @@ class WorkerPool {
   bool failing_ = false;  // as last told to failing_changed
   std::atomic<std::size_t> running_count_{0};
   std::atomic<std::size_t> waiting_count_{0};
+  std::atomic<std::size_t> gpus_running_count_{0};
+  std::atomic<std::size_t> gpus_waiting_count_{0};
   mutable std::mutex mutex_;  // for the three below, and ready_'s change
   mutable std::condition_variable started_;  // ready_ or startup_error_ set
   std::map<std::string, std::string> versions_;

@@ -13,6 +13,11 @@ WorkerStarts::WorkerStarts(std::size_t groups, Settings settings)
   settings_.failures_to_refuse = std::max<std::size_t>(settings_.failures_to_refuse, 1);
 }
 
+WorkerStarts::WorkerStarts(const std::vector<bool>& on_demand, Settings settings)
+    : WorkerStarts(on_demand.size(), settings) {
+  for (std::size_t group = 0; group < on_demand.size(); ++group) groups_[group].on_demand = on_demand[group];
+}
+
 void WorkerStarts::alive(std::size_t group) {
   Group& g = groups_.at(group);
   if (g.first == First::none) g.first = First::alive;
@@ -26,29 +31,32 @@ void WorkerStarts::ready(std::size_t group) {
 
 void WorkerStarts::failed(std::size_t group, const std::string& why, bool timed_out, Clock::time_point now) {
   Group& g = groups_.at(group);
-  if (g.first == First::none) {
+  if (g.first == First::none && !g.on_demand) {
     g.first = First::failed;
     if (!trial_failure_) trial_failure_ = why;
   }
   ++g.failures_in_row;
   g.last_failure = now;
-  latest_failure_ = why;
+  if (!g.on_demand) latest_failure_ = why;  // what `failing` says is the prepared groups' failure
   ++(timed_out ? counts_.timed_out : counts_.failed);
 }
 
 bool WorkerStarts::trial_passed() const {
-  return std::all_of(groups_.begin(), groups_.end(), [](const Group& g) { return g.first == First::alive; });
+  return std::all_of(groups_.begin(), groups_.end(),
+                     [](const Group& g) { return g.on_demand || g.first == First::alive; });
 }
 
 bool WorkerStarts::failing() const {
-  return std::all_of(groups_.begin(), groups_.end(),
-                     [&](const Group& g) { return g.failures_in_row >= settings_.failures_to_refuse; });
+  return std::all_of(groups_.begin(), groups_.end(), [&](const Group& g) {
+    return g.on_demand || g.failures_in_row >= settings_.failures_to_refuse;
+  });
 }
 
 std::string WorkerStarts::failing_message() const {
-  std::size_t in_row = groups_.front().failures_in_row;
-  for (const Group& g : groups_) in_row = std::min(in_row, g.failures_in_row);
-  return "no worker can start on this server: its last " + std::to_string(in_row) +
+  std::optional<std::size_t> in_row;
+  for (const Group& g : groups_)
+    if (!g.on_demand) in_row = std::min(in_row.value_or(g.failures_in_row), g.failures_in_row);
+  return "no worker can start on this server: its last " + std::to_string(in_row.value_or(0)) +
          " worker starts failed, the latest with: " + latest_failure_;
 }
 

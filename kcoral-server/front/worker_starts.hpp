@@ -16,6 +16,11 @@
 //     program can be run, so the pool answers queued and arriving ones at once (`engine`,
 //     with the latest failure's reason) instead of at the queue timeout. The next `ready`
 //     of a group ends it.
+// Groups forked on demand (the set groups of several GPUs, WorkerGroups) stand apart: none
+// of their workers is prepared ahead, so the trial and `failing` consider the prepared
+// groups only, and they do not back off, since each of their forks is for a program that
+// waits and that the start's failure answers (nothing forks again by itself). Their starts
+// are counted as all others.
 // Not thread-safe: used on the pool's strand (WorkerSupply); tests drive it directly.
 //
 //   WorkerStarts starts(groups.size());
@@ -51,6 +56,8 @@ class WorkerStarts {
 
   explicit WorkerStarts(std::size_t groups);
   WorkerStarts(std::size_t groups, Settings settings);
+  // A group per entry, forked on demand where the entry is true.
+  WorkerStarts(const std::vector<bool>& on_demand, Settings settings);
 
   // A worker of `group` shows that its interpreter runs (for the start trial only).
   void alive(std::size_t group);
@@ -60,19 +67,21 @@ class WorkerStarts {
   // on); `timed_out` when it was killed at its start deadline.
   void failed(std::size_t group, const std::string& why, bool timed_out, Clock::time_point now = Clock::now());
 
-  // Whether the first worker of every group is alive.
+  // Whether the first worker of every prepared group is alive.
   [[nodiscard]] bool trial_passed() const;
-  // Why the trial failed: the failure of a group's first start (nullopt while none failed
-  // first).
+  // Why the trial failed: the failure of a prepared group's first start (nullopt while
+  // none failed first).
   [[nodiscard]] const std::optional<std::string>& trial_failure() const { return trial_failure_; }
 
-  // Whether every group has failed its last starts, `failures_to_refuse` in a row.
+  // Whether every prepared group has failed its last starts, `failures_to_refuse` in a row.
   [[nodiscard]] bool failing() const;
   // What programs are answered while failing(): the count and the latest reason.
   [[nodiscard]] std::string failing_message() const;
 
-  // Whether `group` is backing off: its latest start failed.
-  [[nodiscard]] bool backing_off(std::size_t group) const { return groups_.at(group).failures_in_row > 0; }
+  // Whether `group` is backing off: its latest start failed (never one forked on demand).
+  [[nodiscard]] bool backing_off(std::size_t group) const {
+    return !groups_.at(group).on_demand && groups_.at(group).failures_in_row > 0;
+  }
   // When `group` may fork its next worker (now, or in the past, unless backing off).
   [[nodiscard]] Clock::time_point next_fork_at(std::size_t group) const;
   [[nodiscard]] std::size_t failures_in_row(std::size_t group) const { return groups_.at(group).failures_in_row; }
@@ -82,6 +91,7 @@ class WorkerStarts {
  private:
   enum class First { none, alive, failed };
   struct Group {
+    bool on_demand = false;
     First first = First::none;
     std::size_t failures_in_row = 0;
     Clock::time_point last_failure{};

@@ -8,10 +8,20 @@
 #include "kcoral/remove_tree.hpp"
 
 namespace kcoral {
+namespace {
+
+std::vector<bool> on_demand_of(const std::vector<WorkerGroup>& groups) {
+  std::vector<bool> on_demand;
+  for (const WorkerGroup& group : groups) on_demand.push_back(group.on_demand);
+  return on_demand;
+}
+
+}  // namespace
 
 WorkerSupply::WorkerSupply(Strand strand, Config config, LeaseBroker& leases, Events events)
     : strand_(strand), config_(std::move(config)), leases_(leases), events_(std::move(events)),
-      restart_timer_(strand), fork_timer_(strand), starts_(config_.groups.size()) {}
+      restart_timer_(strand), fork_timer_(strand), starts_(on_demand_of(config_.groups), WorkerStarts::Settings{}),
+      demand_(config_.groups.size(), 0) {}
 
 WorkerSupply::~WorkerSupply() { stop(); }
 
@@ -46,15 +56,19 @@ void WorkerSupply::top_up() {
   std::vector<std::size_t> starting(config_.groups.size(), 0);
   for (const auto& [pid, worker] : workers_) {
     auto state = worker->state();
+    // An idle worker of an on-demand group is the owner's already: it took the program it
+    // was forked for (and waits for its compile cache), or is being let go.
+    bool idle = state == WorkerHandle::State::idle && !config_.groups[worker->group()].on_demand;
     if (state == WorkerHandle::State::starting) ++starting[worker->group()];
-    if (state == WorkerHandle::State::starting || state == WorkerHandle::State::idle) ++prepared[worker->group()];
+    if (state == WorkerHandle::State::starting || idle) ++prepared[worker->group()];
   }
   for (std::size_t group : pending_forks_) ++prepared[group], ++starting[group];
-  // Prepared ahead: enough to run a group's programs and to keep its context making busy.
+  // Prepared ahead: enough to run a group's programs and to keep its context making busy;
+  // of an on-demand group, what the pool wants.
   std::size_t target = std::max(config_.workers_per_group, config_.context_inits_at_once);
   auto now = WorkerStarts::Clock::now();
   for (std::size_t group = 0; group < config_.groups.size(); ++group) {
-    std::size_t wanted = target;
+    std::size_t wanted = config_.groups[group].on_demand ? demand_[group] : target;
     if (starts_.backing_off(group)) {
       // Its latest start failed: one worker at a time, once the back-off has passed.
       if (starting[group] > 0 || prepared[group] >= target) continue;
@@ -66,7 +80,7 @@ void WorkerSupply::top_up() {
     }
     for (; prepared[group] < wanted; ++prepared[group]) {
       pending_forks_.push_back(group);
-      zygote_->request_fork(config_.groups[group]);
+      zygote_->request_fork(config_.groups[group].visible_devices);
     }
   }
 }
@@ -100,8 +114,10 @@ void WorkerSupply::on_forked(Process process, UniqueFd channel) {
         on_start_failed(worker->group(), worker->pid(), why, timed_out);
       }};
   pid_t pid = process.pid();
-  auto worker = std::make_shared<WorkerHandle>(strand_, std::move(process), group, std::move(channel), leases_,
-                                               std::move(events), config_.limits);
+  WorkerHandle::Limits limits = config_.limits;
+  if (config_.groups[group].on_demand) limits.programs = 1;  // see the file's comment
+  auto worker = std::make_shared<WorkerHandle>(strand_, std::move(process), group, config_.groups[group].gpus,
+                                               std::move(channel), leases_, std::move(events), limits);
   workers_[pid] = worker;
   worker->start();
 }
@@ -166,6 +182,7 @@ void WorkerSupply::on_fork_failed(const std::string& message) {
 
 void WorkerSupply::on_zygote_failed(const std::string& message) {
   std::fprintf(stderr, "kcoral-server: worker parent failed: %s\n", message.c_str());
+  std::vector<std::size_t> lost = starts_in_progress();
   pending_forks_.clear();
   zygote_ready_ = false;  // no fork goes to it any more
   if (!zygote_started_) {  // it never started; the first reason is the one (its exit follows)
@@ -175,10 +192,13 @@ void WorkerSupply::on_zygote_failed(const std::string& message) {
   }
   if (stopping_) return;
   // Its workers still starting end with it, not for a fault of their own: they go
-  // uncounted. Its failure counts as a failed start in every group.
+  // uncounted. Its failure counts as a failed start in every prepared group, and in an
+  // on-demand group as one per start it cut short, each of which a program waited for.
   pid_t zygote = zygote_ ? zygote_->pid() : 0;
-  for (std::size_t group = 0; group < config_.groups.size(); ++group)
-    on_start_failed(group, zygote, "the worker parent failed: " + message, false);
+  for (std::size_t group = 0; group < config_.groups.size(); ++group) {
+    std::size_t failed = config_.groups[group].on_demand ? lost[group] : 1;
+    for (std::size_t i = 0; i < failed; ++i) on_start_failed(group, zygote, "the worker parent failed: " + message, false);
+  }
   std::vector<WorkerPtr> starting;
   for (const auto& [pid, worker] : workers_)
     if (worker->state() == WorkerHandle::State::starting) starting.push_back(worker);
@@ -186,6 +206,15 @@ void WorkerSupply::on_zygote_failed(const std::string& message) {
   if (announced_ != Announced::ready || stopping_) return;  // the start failed with it: the server exits
   // Running children talk to us directly and finish; new ones need a new parent.
   restart_zygote();
+}
+
+// Per group, the forks asked for and the workers not yet ready.
+std::vector<std::size_t> WorkerSupply::starts_in_progress() const {
+  std::vector<std::size_t> starts(config_.groups.size(), 0);
+  for (std::size_t group : pending_forks_) ++starts[group];
+  for (const auto& [pid, worker] : workers_)
+    if (worker->state() == WorkerHandle::State::starting) ++starts[worker->group()];
+  return starts;
 }
 
 // Tries again until a new parent starts (it may lack descriptors or memory for a while):

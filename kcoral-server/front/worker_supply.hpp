@@ -1,16 +1,22 @@
 // WorkerSupply: keeps each group's prepared workers at strength.
 //
-// Owns the zygote handle and a WorkerHandle per live worker. Workers come in groups: one
-// per GPU on a GPU server (each pinned to its GPU by UUID), one group on a CPU server.
-// The supply forks ahead of time so that a program starts on a process that is already
-// up: per group, enough workers that run no job to run the group's share of programs and
-// to keep its context making busy. A zygote that dies is restarted, a second later, then
-// twice as long after each restart with no worker ready since (at most 32 s); running
-// workers talk to the front directly and finish. How each start goes is kept in a
-// WorkerStarts: the supply is ready once the first worker of every group is alive (the
-// start trial) and has failed when one of them fails first; after a failed start a group
-// forks one worker at a time, backing off. What the workers report goes on to the owner
-// (the pool). Used on the pool's strand only, start() and stop() included.
+// Owns the zygote handle and a WorkerHandle per live worker. Workers come in groups
+// (WorkerGroups): one per GPU on a GPU server (each pinned to its GPU by UUID), one group
+// on a CPU server, and on a server that gives a program several GPUs, the set groups. The
+// supply forks ahead of time so that a program starts on a process that is already up:
+// per prepared group, enough workers that run no job to run the group's share of programs
+// and to keep its context making busy. A set group (on demand) has none prepared: the
+// pool says how many of its workers it wants (want(), one per program that waits for
+// one), and the supply keeps that many starting (an idle one is the pool's at once). A
+// set group's worker runs one program and is let go, whatever --programs-per-worker says:
+// it holds CUDA contexts on several GPUs, which programs of one GPU need free. A zygote
+// that dies is restarted, a second later, then twice as long after each restart with no
+// worker ready since (at most 32 s); running workers talk to the front directly and
+// finish. How each start goes is kept in a WorkerStarts: the supply is ready once the
+// first worker of every prepared group is alive (the start trial) and has failed when one
+// of them fails first; after a failed start a prepared group forks one worker at a time,
+// backing off. What the workers report goes on to the owner (the pool). Used on the
+// pool's strand only, start() and stop() included.
 //
 //   WorkerSupply supply(strand, config, leases, events);
 //   supply.start();   // events.ready once the first workers are alive, then events.idle per worker
@@ -28,6 +34,7 @@
 #include <vector>
 
 #include "lease_broker.hpp"
+#include "worker_groups.hpp"
 #include "worker_handle.hpp"
 #include "worker_starts.hpp"
 #include "zygote_handle.hpp"
@@ -38,9 +45,9 @@ class WorkerSupply {
  public:
   using Strand = WorkerHandle::Strand;
   struct Config {
-    // One group per entry: the CUDA_VISIBLE_DEVICES value (a GPU's UUID) of its workers;
-    // a single empty entry on a CPU server.
-    std::vector<std::string> groups{""};
+    // The groups (WorkerGroups): a single one, for GPU 0 with no device named, on a CPU
+    // server.
+    std::vector<WorkerGroup> groups{WorkerGroup{}};
     std::size_t workers_per_group = 1;
     std::size_t context_inits_at_once = 1;
     WorkerHandle::Limits limits;
@@ -75,6 +82,10 @@ class WorkerSupply {
   [[nodiscard]] Status start();
   // Asks for the forks that bring every group back to strength.
   void top_up();
+  // Wants `workers` workers of the on-demand `group` starting: top_up forks what lacks.
+  // Fewer than there are lets the rest finish their starts (the pool lets go those it has
+  // no program for).
+  void want(std::size_t group, std::size_t workers) { demand_.at(group) = workers; }
   // Stops forking: the zygote is restarted no more and top_up does nothing.
   void stop_forking() { stopping_ = true; }
   // Kills every worker and ends the zygote.
@@ -95,6 +106,7 @@ class WorkerSupply {
   void on_alive(const WorkerPtr& worker);
   void on_started(const WorkerPtr& worker);
   void on_start_failed(std::size_t group, pid_t pid, const std::string& why, bool timed_out);
+  [[nodiscard]] std::vector<std::size_t> starts_in_progress() const;
   void announce();
   void wake_at(WorkerStarts::Clock::time_point at);
 
@@ -115,6 +127,7 @@ class WorkerSupply {
   bool stopping_ = false;
   std::map<pid_t, WorkerPtr> workers_;     // every live worker we know of
   std::deque<std::size_t> pending_forks_;  // the group of each fork asked for, in order
+  std::vector<std::size_t> demand_;        // per group: workers wanted, for on-demand ones
 };
 
 }  // namespace kcoral

@@ -147,6 +147,7 @@ std::string Program::to_json() const {
   nlohmann::json options = nlohmann::json::object();
   if (options_.timeout_seconds) options["timeout_seconds"] = *options_.timeout_seconds;
   if (options_.output_limit_bytes) options["output_limit_bytes"] = *options_.output_limit_bytes;
+  if (options_.gpu_count) options["gpu_count"] = *options_.gpu_count;
   if (!options.empty()) program["options"] = std::move(options);
   return program.dump();
 }

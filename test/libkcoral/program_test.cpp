@@ -79,7 +79,7 @@ TEST_CASE("to_json parses back to the same program") {
       R"({"op":"return","key":"v","value":{"$ref":"r"}},)"
       R"({"op":"return","key":"file","kind":"file","path":"dir/./x.txt"},)"
       R"({"op":"return","key":"folder","kind":"folder","path":{"$ref":"p"}})",
-      R"({"timeout_seconds":12.5,"output_limit_bytes":0})");
+      R"({"timeout_seconds":12.5,"output_limit_bytes":0,"gpu_count":2})");
   auto first = kcoral::Program::parse(source);
   REQUIRE(first.has_value());
   const std::string json = first->to_json();
@@ -89,6 +89,7 @@ TEST_CASE("to_json parses back to the same program") {
   CHECK(second->blobs() == first->blobs());
   CHECK(second->options().timeout_seconds == 12.5);
   CHECK(second->options().output_limit_bytes == 0u);
+  CHECK(second->options().gpu_count == 2u);
   REQUIRE(second->instructions().size() == first->instructions().size());
 
   const auto& is = second->instructions();

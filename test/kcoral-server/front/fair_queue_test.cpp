@@ -1,7 +1,8 @@
 // FairQueue (kcoral-server/front/fair_queue.hpp): each tenant's items in their order; the
 // next from the tenant with the fewest running, ties to the one served longest ago, so one
 // tenant's many queued items never make another's wait behind all of them; a tenant's cap
-// on waiting items; items put back first again; take and take_all.
+// on waiting items; items put back first again; take and take_all; peek shows what pop
+// would return and leaves it.
 #include <doctest/doctest.h>
 
 #include <string>
@@ -115,6 +116,20 @@ TEST_CASE("take removes one waiting item of a tenant; take_all empties every que
   CHECK(all == std::vector<std::string>{"0:0", "0:2", "1:0", "1:1", "1:2"});
   CHECK(queue.empty());
   CHECK_FALSE(queue.pop().has_value());
+}
+
+TEST_CASE("peek shows the item pop would return, and leaves it in place") {
+  kcoral::FairQueue<std::string> queue(2, 10);
+  CHECK(queue.peek() == nullptr);
+  REQUIRE(queue.push(0, item(0, 0)));
+  REQUIRE(queue.push(0, item(0, 1)));
+  CHECK(queue.pop() == item(0, 0));  // tenant 0 has one running now
+  REQUIRE(queue.push(1, item(1, 0)));
+  REQUIRE(queue.peek() != nullptr);
+  CHECK(*queue.peek() == item(1, 0));  // the tenant with fewer running, not the first queued
+  CHECK(queue.size() == 2);
+  CHECK(queue.pop() == item(1, 0));
+  CHECK(*queue.peek() == item(0, 1));
 }
 
 }  // TEST_SUITE

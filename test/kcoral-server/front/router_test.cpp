@@ -48,9 +48,28 @@ TEST_CASE("GET /health reports status, identity, load, target and versions in or
   CHECK(body["gpu_count"] == 0);
   const auto capacity = server.pool.load().capacity;
   CHECK(capacity >= 1);
-  CHECK(body["load"] == Json{{"request_capacity", capacity}, {"requests_in_progress", 0}, {"requests_waiting", 0}});
+  CHECK(body["load"] == Json{{"request_capacity", capacity}, {"requests_in_progress", 0}, {"requests_waiting", 0},
+                             {"gpus_in_progress", 0}, {"gpus_waiting", 0}});
   CHECK(body["target"] == Json::object());
   CHECK(body["versions"].is_object());
+}
+
+TEST_CASE("/health's load counts programs and their GPUs") {
+  ServerFixture server;  // an unstarted pool: a program waits, with no worker to take it
+  auto job = std::make_shared<kcoral::ExecuteJob>();
+  bool answered = false;
+  job->done = [&answered](std::shared_ptr<kcoral::ExecuteJob>, kcoral::JobOutcome) { answered = true; };
+  server.pool.submit(job);
+  server.io.poll();
+  Json load = body_of(*server.get("/health").response)["load"];
+  CHECK(load["requests_in_progress"] == 0);
+  CHECK(load["requests_waiting"] == 1);
+  CHECK(load["gpus_in_progress"] == 0);
+  CHECK(load["gpus_waiting"] == 1);  // a program of no gpu_count holds one (a CPU server's too)
+  server.pool.drain([] {});
+  server.io.restart();
+  server.io.poll();
+  CHECK(answered);
 }
 
 TEST_CASE("a GPU server's /health reports its compute target") {

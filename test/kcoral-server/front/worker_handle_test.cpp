@@ -7,7 +7,8 @@
 // protocol; deadlines and crashes are answered. A start is reported once however it ends:
 // alive and started at ready (alive earlier on a GPU worker, at its context-turn request),
 // or failed with the reason (its own `failed`, its exit, its start deadline, which waits
-// while the worker waits for a context-making turn).
+// while the worker waits for a context-making turn). A worker of several GPUs gets its
+// context turn at once and leases all of its GPUs together.
 #include <doctest/doctest.h>
 
 #include <cstdint>
@@ -65,7 +66,7 @@ messages::RunResult completed(std::vector<std::uint64_t> part_sizes = {}) {
 struct Harness {
   boost::asio::io_context io;
   WorkerHandle::Strand strand{boost::asio::make_strand(io)};
-  kcoral::LeaseBroker leases{1, 1};
+  kcoral::LeaseBroker leases{2, 1};  // GPU 0, and GPU 1 for a worker of both
   kcoral::Channel worker;  // the test is the worker at this end
   pid_t process = -1;      // stands in for the worker's process tree
   std::shared_ptr<WorkerHandle> handle;
@@ -77,7 +78,8 @@ struct Harness {
   std::vector<std::pair<std::string, bool>> start_failures;  // why, timed out
 
   explicit Harness(std::size_t programs = 1, std::size_t max_message_bytes = 1 << 20,
-                   std::chrono::steady_clock::duration start_timeout = std::chrono::seconds(60)) {
+                   std::chrono::steady_clock::duration start_timeout = std::chrono::seconds(60),
+                   std::vector<std::size_t> gpus = {0}) {
     process = ::fork();
     if (process == 0) {
       ::setsid();
@@ -102,7 +104,8 @@ struct Harness {
                                 }};
     auto held = kcoral::Process::open(process);
     REQUIRE(held.has_value());
-    handle = std::make_shared<WorkerHandle>(strand, std::move(*held), 0, std::move(pair->first), leases, events,
+    handle = std::make_shared<WorkerHandle>(strand, std::move(*held), 0, std::move(gpus), std::move(pair->first),
+                                            leases, events,
                                             WorkerHandle::Limits{max_message_bytes, programs, start_timeout});
     handle->start();
   }
@@ -274,7 +277,7 @@ TEST_CASE("progress that goes back, and a lease asked for twice, kill the worker
     CHECK(std::holds_alternative<messages::LeaseGranted>(h.receive().message));
     h.send(messages::Lease{true});
     CHECK(h.engine_error().find("asked twice for the GPU lease") != std::string::npos);
-    CHECK(!h.leases.program_holder(0).has_value());  // taken back from the killed worker
+    CHECK(!h.leases.program_holder({0}, 0).has_value());  // taken back from the killed worker
   }
 }
 
@@ -427,7 +430,7 @@ TEST_CASE("the GPU lease: asked, granted, given back; the deadline waits while i
   h.take(make_job());
   h.send(messages::Lease{true});
   CHECK(std::holds_alternative<messages::LeaseGranted>(h.receive().message));
-  CHECK(h.leases.program_holder(0) == h.process);
+  CHECK(h.leases.program_holder({0}, 0) == h.process);
   h.send(messages::Lease{false});
   h.send(completed());
   REQUIRE(h.pump([&] { return h.outcome.has_value(); }));
@@ -435,9 +438,46 @@ TEST_CASE("the GPU lease: asked, granted, given back; the deadline waits while i
   CHECK(h.outcome->timings.lease_held_ms >= 0);
 }
 
+TEST_CASE("a worker of several GPUs: its context turn comes at once, its lease is all of them, held together") {
+  Harness h(1, 1 << 20, std::chrono::seconds(60), {0, 1});
+  // Whether the front has sent the worker something by now (receive() would wait for it).
+  auto sent = [&] {
+    for (int i = 0; i < 20; ++i) h.io.run_for(std::chrono::milliseconds(5));
+    pollfd readable{h.worker.fd(), POLLIN, 0};
+    return ::poll(&readable, 1, 0) == 1;
+  };
+  bool other_turn = false;
+  h.leases.acquire_init({0}, 1, [&] { other_turn = true; });  // GPU 0's one turn is another worker's
+  REQUIRE(other_turn);
+  h.send(messages::InitLease{true});
+  REQUIRE(sent());
+  CHECK(std::holds_alternative<messages::LeaseGranted>(h.receive().message));
+  h.send(messages::InitLease{false});
+  REQUIRE(h.leases.acquire_program({1}, 2, [] {}).has_value());  // another program holds GPU 1
+  h.take(make_job());
+  h.send(messages::GpuAccess{});  // a cpu_only call, while that program holds one of its GPUs
+  h.send(messages::Lease{true});
+  CHECK_FALSE(sent());                                  // no grant while GPU 1 is held
+  CHECK(!h.leases.program_holder({0}, 0).has_value());  // and no part of its set meanwhile
+  h.leases.release_program(2);
+  REQUIRE(sent());
+  CHECK(std::holds_alternative<messages::LeaseGranted>(h.receive().message));
+  CHECK(h.leases.program_holder({0}, 0) == h.process);
+  CHECK(h.leases.program_holder({1}, 0) == h.process);
+  h.send(messages::Lease{false});
+  messages::RunResult result = completed();
+  result.error = messages::ErrorDetail{kcoral::ErrorKind::gpu_access, "used the GPU", 2, "run", "", std::nullopt, "cuMemAlloc", "f.py:1"};
+  h.send(result);
+  REQUIRE(h.pump([&] { return h.outcome.has_value(); }));
+  REQUIRE(h.outcome->result.has_value());
+  REQUIRE(h.outcome->result->error->gpu_access.has_value());
+  CHECK(h.outcome->result->error->gpu_access->interfered_request_id == "other-request");
+  CHECK(!h.leases.program_holder({0, 1}, 0).has_value());
+}
+
 TEST_CASE("a gpu_access notes whose program held the GPU") {
   Harness h;
-  REQUIRE(h.leases.acquire_program(0, 1, [] {}).has_value());  // another worker holds it
+  REQUIRE(h.leases.acquire_program({0}, 1, [] {}).has_value());  // another worker holds it
   h.take(make_job());
   h.send(messages::GpuAccess{});
   messages::RunResult result = completed();
@@ -607,13 +647,13 @@ TEST_CASE("a worker ready within its start deadline is not killed when the deadl
 TEST_CASE("the start deadline waits while the worker waits for a context-making turn, and runs on after") {
   Harness h(1, 1 << 20, std::chrono::milliseconds(100));
   bool other_granted = false;
-  h.leases.acquire_init(0, 1, [&] { other_granted = true; });  // another worker makes its context
+  h.leases.acquire_init({0}, 1, [&] { other_granted = true; });  // another worker makes its context
   REQUIRE(other_granted);
   h.send(messages::InitLease{true});
   for (int i = 0; i < 60; ++i) h.io.run_for(std::chrono::milliseconds(5));  // 300 ms, past the deadline
   CHECK(!h.gone);
   CHECK(h.start_failures.empty());
-  h.leases.release_init(0, 1);  // its turn: the deadline's rest runs
+  h.leases.release_init({0}, 1);  // its turn: the deadline's rest runs
   CHECK(std::holds_alternative<messages::LeaseGranted>(h.receive().message));
   REQUIRE(h.pump([&] { return h.gone; }));
   REQUIRE(h.start_failures.size() == 1);

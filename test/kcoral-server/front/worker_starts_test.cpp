@@ -3,6 +3,7 @@
 // and fails with the reason of a group's first failed start; the back-off doubles from
 // 0.1 s to at most 10 s and a ready start ends it; the server is failing only while every
 // group's last three starts failed, with the latest reason, until a group's next ready.
+// Groups forked on demand (sets of GPUs) count in none of that, and do not back off.
 #include <doctest/doctest.h>
 
 #include <chrono>
@@ -101,6 +102,32 @@ TEST_CASE("counts by outcome, failing included") {
   CHECK(counts.failed == 1);
   CHECK(counts.timed_out == 1);
   CHECK(counts.failing);  // two in a row, as these settings ask
+}
+
+TEST_CASE("on-demand groups are outside the trial and failing, and never back off; their starts are counted") {
+  WorkerStarts starts({false, true}, WorkerStarts::Settings{});
+  CHECK(!starts.trial_passed());
+  starts.failed(1, "no devices for the set", false);  // first, before any prepared outcome
+  CHECK(!starts.trial_failure());
+  starts.alive(0);
+  CHECK(starts.trial_passed());  // without any worker of group 1
+  for (int i = 0; i < 5; ++i) starts.failed(1, "no devices for the set", i == 4);
+  CHECK(!starts.failing());
+  CHECK(!starts.backing_off(1));
+  CHECK(starts.failures_in_row(1) == 6);
+  for (int i = 0; i < 3; ++i) starts.failed(0, "GPU 0 is broken", false);
+  CHECK(starts.failing());  // its prepared group alone decides
+  starts.failed(1, "no devices for the set", false);
+  CHECK(starts.failing_message().find("its last 3 worker starts failed, the latest with: GPU 0 is broken") !=
+        std::string::npos);
+  CHECK(starts.backing_off(0));
+  WorkerStarts::Counts counts = starts.counts();
+  CHECK(counts.failed == 9);
+  CHECK(counts.timed_out == 1);
+  // A set group that never forked a worker keeps no server from failing either.
+  WorkerStarts unused_set({false, true}, WorkerStarts::Settings{});
+  for (int i = 0; i < 3; ++i) unused_set.failed(0, "GPU 0 is broken", false);
+  CHECK(unused_set.failing());
 }
 
 }  // TEST_SUITE

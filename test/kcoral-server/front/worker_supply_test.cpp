@@ -1,15 +1,18 @@
 // WorkerSupply (kcoral-server/front/worker_supply.cpp), the front's supply of prepared
-// workers, against a stand-in worker parent: a small Python script started in its place
-// that speaks the channel, forks a child per request, reports each child's exit, and logs
-// what it did. Each child plays a worker as the group it was forked for says ("fail..."
-// groups say they cannot start, the others say ready and wait). Checked: every group is
+// workers, against a stand-in worker parent (fake_worker_parent.hpp): a small Python
+// script started in its place that speaks the channel, forks a child per request, reports
+// each child's exit, and logs what it did. Each child plays a worker as the group it was
+// forked for says ("fail..." groups say they cannot start, the others say ready and wait). Checked: every group is
 // brought to strength (the larger of workers per group and context inits at once), each
 // fork pinned to its group; the start trial is announced once, ready with the parent's
 // versions or failed with a group's first failure; a gone worker is replaced and its work
 // directory removed; a group whose starts fail forks one worker at a time, again after
 // its back-off; a parent that dies after the start is restarted and its starting workers
 // discarded; abort_running answers the running jobs (only the one named, when named);
-// stop() kills the workers and ends the parent.
+// stop() kills the workers and ends the parent. An on-demand group (a set of GPUs) forks
+// only the workers wanted, each seeing its GPUs and given its GPU set, stays out of the
+// start trial, and its failed starts neither fail the trial nor back off; a parent that
+// dies fails each of its starts that it cut short.
 #include <doctest/doctest.h>
 
 #include <poll.h>
@@ -24,6 +27,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "fake_worker_parent.hpp"
 #include "kcoral/program_builder.hpp"
 #include "worker_supply.hpp"
 
@@ -32,83 +36,6 @@ using namespace std::chrono_literals;
 
 namespace {
 
-// The stand-in parent. It logs "parent PID", "fork PID GROUP", "no-fork GROUP" and "exit PID"
-// lines to $FAKE_LOG (from --program-env, which the parent's environment gets). It cannot
-// make the third fork of a group named "short" (as a zygote out of descriptors).
-constexpr const char* kFakeParent = R"(#!/usr/bin/env python3
-import ctypes, json, os, select, signal, socket, sys
-log = open(os.environ["FAKE_LOG"], "a", buffering=1)
-log.write(f"parent {os.getpid()}\n")
-channel = socket.socket(fileno=3)
-def send(sock, message, fds=()):
-    frame = b"I" + json.dumps(message).encode()
-    try:
-        if fds:
-            socket.send_fds(sock, [frame], list(fds))
-        else:
-            sock.send(frame)
-    except (BrokenPipeError, ConnectionResetError):
-        pass  # the front is gone: the next read says so
-def worker(sock, group):
-    if group.startswith("fail"):
-        send(sock, {"type": "failed", "message": f"no device for {group}"})
-        os._exit(1)
-    send(sock, {"type": "ready"})
-    while sock.recv(1 << 20, socket.MSG_TRUNC):
-        pass
-    os._exit(0)
-send(channel, {"type": "zygote_ready", "versions": {"python": "fake", "parent": str(os.getpid())}})
-children = {}  # pidfd: pid
-forks_asked = {}  # group: how many
-while True:
-    readable, _, _ = select.select([channel] + list(children), [], [])
-    for fd in readable:
-        if fd is channel:
-            try:
-                data = channel.recv(65536)
-            except ConnectionResetError:
-                data = b""
-            if not data:
-                for pid in children.values():
-                    os.kill(pid, signal.SIGKILL)
-                    os.waitpid(pid, 0)
-                sys.exit(0)
-            message = json.loads(data[1:])
-            if message["type"] != "fork":
-                continue
-            group = message["visible_devices"]
-            forks_asked[group] = forks_asked.get(group, 0) + 1
-            if group == "short" and forks_asked[group] == 3:
-                log.write(f"no-fork {group}\n")
-                send(channel, {"type": "fork_failed", "message": "socketpair: Too many open files"})
-                continue
-            front, end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-            parent = os.getpid()
-            pid = os.fork()
-            if pid == 0:
-                ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: not outliving a killed parent
-                if os.getppid() != parent:
-                    os._exit(0)
-                os.setsid()
-                channel.close()
-                front.close()
-                worker(end, message["visible_devices"])
-            end.close()
-            pidfd = os.pidfd_open(pid)
-            children[pidfd] = pid
-            log.write(f"fork {pid} {message['visible_devices']}\n")
-            send(channel, {"type": "forked", "pid": pid}, [front.fileno(), pidfd])
-            front.close()
-        else:
-            pid = children.pop(fd)
-            os.close(fd)
-            _, status = os.waitpid(pid, 0)
-            log.write(f"exit {pid}\n")
-            if os.WIFSIGNALED(status):
-                send(channel, {"type": "exited", "pid": pid, "signal": os.WTERMSIG(status)})
-            else:
-                send(channel, {"type": "exited", "pid": pid, "exit_code": os.WEXITSTATUS(status)})
-)";
 
 // A job of one instruction's program, enough for a worker to be handed and to hold.
 std::shared_ptr<kcoral::ExecuteJob> make_job(const std::string& request_id) {
@@ -154,24 +81,29 @@ struct Harness {
   std::vector<std::size_t> forks_at_end;  // the forks the parent had made at each start's end
   std::map<std::string, kcoral::JobOutcome> finished;  // by request id
 
+  // `groups`: one per GPU, group i on GPU i; `sets`: on-demand groups after those.
   explicit Harness(std::vector<std::string> groups, std::size_t workers_per_group = 1,
-                   std::size_t context_inits_at_once = 1, bool broken_parent = false)
+                   std::size_t context_inits_at_once = 1, bool broken_parent = false,
+                   std::vector<kcoral::WorkerGroup> sets = {}, std::vector<std::string> environment = {})
       : leases(groups.size(), context_inits_at_once) {
     char made[] = "/tmp/kcoral-supply-test-XXXXXX";
     REQUIRE(::mkdtemp(made) != nullptr);
     directory = made;
     std::filesystem::path script = directory / "fake-parent";
-    std::ofstream(script) << kFakeParent;
+    std::ofstream(script) << kcoral::test::kFakeWorkerParent;
     std::filesystem::permissions(script, std::filesystem::perms::owner_all);
     WorkerSupply::Config config;
-    config.groups = std::move(groups);
+    config.groups.clear();
+    for (std::size_t gpu = 0; gpu < groups.size(); ++gpu) config.groups.push_back({groups[gpu], {gpu}, false});
+    for (kcoral::WorkerGroup& set : sets) config.groups.push_back(std::move(set));
     config.workers_per_group = workers_per_group;
     config.context_inits_at_once = context_inits_at_once;
     config.zygote.python = script.string();
     config.zygote.worker.work_root = (directory / "work").string();
     // A broken parent is given a directory for its log: it exits on its first line.
     if (broken_parent) std::filesystem::create_directory(directory / "log");
-    config.zygote.worker.program_environment = {"FAKE_LOG=" + (directory / "log").string()};
+    environment.push_back("FAKE_LOG=" + (directory / "log").string());
+    config.zygote.worker.program_environment = std::move(environment);
     WorkerSupply::Events events{
         [this](std::map<std::string, std::string> versions) {
           ++readies;
@@ -403,6 +335,78 @@ TEST_CASE("stop() kills every worker and ends the worker parent") {
   pid_t parent = std::stoi(h.parents().at(0));
   h.supply->stop();
   CHECK(h.pump([&] { return has_exited(h.idle[0]) && has_exited(h.idle[1]) && !unreaped(parent); }));
+}
+
+TEST_CASE("an on-demand group forks only the workers wanted, each seeing its GPUs, and is not in the trial") {
+  Harness h({"gpu-a", "gpu-b"}, 2, 1, false, {{"gpu-a,gpu-b", {0, 1}, true}});
+  REQUIRE(h.pump([&] { return h.idle.size() == 4; }));
+  CHECK(h.readies == 1);  // the trial passed without a worker of the set group
+  for (int i = 0; i < 20; ++i) h.io.run_for(5ms);
+  CHECK(h.forks().size() == 4);  // none of the set group's: none is wanted
+  h.supply->want(2, 1);
+  h.supply->top_up();
+  REQUIRE(h.pump([&] { return h.idle.size() >= 5; }));
+  // An idle worker of an on-demand group is its owner's (the pool runs or lets it go at
+  // once), not one of those wanted: while one is wanted, each the test leaves idle is
+  // followed by another. None is forked once none is wanted.
+  h.supply->want(2, 0);
+  const kcoral::WorkerPtr set_worker = h.idle[4];
+  CHECK(set_worker->group() == 2);
+  CHECK(set_worker->gpus() == std::vector<std::size_t>{0, 1});
+  CHECK(h.idle[0]->gpus().size() == 1);
+  for (int i = 0; i < 40; ++i) h.io.run_for(5ms);
+  auto forks = h.forks();
+  for (int i = 0; i < 40; ++i) h.io.run_for(5ms);
+  CHECK(h.forks().size() == forks.size());
+  CHECK(forks.at(set_worker->pid()) == "gpu-a,gpu-b");
+  std::size_t of_set = 0;
+  for (const auto& [pid, group] : forks) of_set += group == "gpu-a,gpu-b" ? 1 : 0;
+  CHECK(of_set == forks.size() - 4);
+}
+
+TEST_CASE("an on-demand group whose starts fail: each wanted start fails, with no back-off between them") {
+  Harness h({"gpu-a", "gpu-b"}, 1, 1, false, {{"fail,gpu-a,gpu-b", {0, 1}, true}});
+  REQUIRE(h.pump([&] { return h.idle.size() == 2; }));
+  REQUIRE(h.ready.has_value());
+  h.supply->want(2, 1);
+  h.supply->top_up();
+  // Still wanted after each failure, so forked again at once (the pool lowers what it
+  // wants as it answers the program each start was for); a back-off would space them out
+  // by 0.1, 0.2, 0.4 s and more.
+  auto asked = std::chrono::steady_clock::now();
+  REQUIRE(h.pump([&] { return h.start_ends.size() >= 6; }));
+  CHECK(std::chrono::steady_clock::now() - asked < 500ms);
+  h.supply->want(2, 0);
+  REQUIRE(h.start_ends[2].failure.has_value());
+  CHECK(h.start_ends[2].group == 2);
+  CHECK(*h.start_ends[2].failure == "no device for fail,gpu-a,gpu-b");
+  CHECK_FALSE(h.supply->starts().backing_off(2));
+  CHECK(h.supply->starts().failures_in_row(2) >= 4);
+  CHECK_FALSE(h.supply->starts().failing());
+  CHECK(h.failures.empty());  // the start trial did not fail
+  CHECK(h.readies == 1);
+}
+
+TEST_CASE("a worker parent that dies fails each start of an on-demand group it cut short") {
+  Harness h({"gpu-a"}, 1, 1, false, {{"gpu-a,gpu-b", {0, 1}, true}}, {"FAKE_SET_START_S=30"});
+  REQUIRE(h.pump([&] { return h.idle.size() == 1; }));
+  h.supply->want(1, 2);
+  h.supply->top_up();
+  REQUIRE(h.pump([&] { return h.forks().size() == 3; }));  // two set workers, starting for 30 s
+  h.supply->want(1, 0);  // the programs they were for were answered: none after the restart
+  REQUIRE(::kill(std::stoi(h.parents().at(0)), SIGKILL) == 0);
+  auto failed_in = [&](std::size_t group) {
+    return std::count_if(h.start_ends.begin(), h.start_ends.end(),
+                         [&](const auto& end) { return end.group == group && end.failure.has_value(); });
+  };
+  REQUIRE(h.pump([&] { return failed_in(1) == 2 && failed_in(0) == 1; }));
+  for (const auto& end : h.start_ends)
+    if (end.failure) CHECK(end.failure->find("the worker parent failed") != std::string::npos);
+  REQUIRE(h.pump([&] { return h.parents().size() == 2 && h.idle.size() == 2; }));  // restarted
+  for (int i = 0; i < 40; ++i) h.io.run_for(5ms);
+  CHECK(failed_in(1) == 2);  // the starting ones were discarded, not failed again
+  CHECK(h.forks().size() == 4);  // gpu-a's replacement only
+  CHECK(h.failures.empty());
 }
 
 }  // TEST_SUITE

@@ -41,7 +41,7 @@ def test_health_fields(server):
     assert now - datetime.timedelta(hours=1) < started < now + datetime.timedelta(seconds=5)
     assert health["gpu_count"] == 0
     assert health["load"] == {"request_capacity": 4, "requests_in_progress": 0,
-                              "requests_waiting": 0}
+                              "requests_waiting": 0, "gpus_in_progress": 0, "gpus_waiting": 0}
     assert health["target"] == {}
     versions = health["versions"]
     assert versions["python"] == platform.python_version()
