@@ -28,6 +28,7 @@
 #include <sstream>
 
 #include "fake_worker_parent.hpp"
+#include "front_test_support.hpp"
 #include "kcoral/program_builder.hpp"
 #include "worker_supply.hpp"
 
@@ -133,26 +134,11 @@ struct Harness {
 
   template <class Predicate>
   bool pump(Predicate done, std::chrono::milliseconds within = 10s) {
-    auto deadline = std::chrono::steady_clock::now() + within;
-    while (!done() && std::chrono::steady_clock::now() < deadline) {
-      io.restart();
-      io.run_for(5ms);
-    }
-    return done();
+    return kcoral::test::pump_until(io, done, within);
   }
 
   // The parent's log, as lines of words.
-  std::vector<std::vector<std::string>> log() const {
-    std::vector<std::vector<std::string>> lines;
-    std::ifstream in(directory / "log");
-    for (std::string line; std::getline(in, line);) {
-      std::istringstream words(line);
-      std::vector<std::string> split;
-      for (std::string word; words >> word;) split.push_back(word);
-      lines.push_back(std::move(split));
-    }
-    return lines;
-  }
+  std::vector<std::vector<std::string>> log() const { return kcoral::test::log_words(directory / "log"); }
   std::vector<std::string> parents() const {
     std::vector<std::string> pids;
     for (const auto& line : log())

@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "front_test_support.hpp"
 #include "zygote_handle.hpp"
 
 using kcoral::ZygoteHandle;
@@ -111,12 +112,7 @@ struct Harness {
 
   template <class Predicate>
   bool pump(Predicate done, std::chrono::milliseconds within = 10s) {
-    auto deadline = std::chrono::steady_clock::now() + within;
-    while (!done() && std::chrono::steady_clock::now() < deadline) {
-      io.restart();
-      io.run_for(5ms);
-    }
-    return done();
+    return kcoral::test::pump_until(io, done, within);
   }
 };
 
