@@ -173,6 +173,7 @@ class ToolRun:
     print_output_file: bool = False
     timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS
     output_limit_bytes: int = DEFAULT_OUTPUT_LIMIT_BYTES
+    gpu_count: int | None = None
     raw_output: bool = False
 
     @classmethod
@@ -181,6 +182,7 @@ class ToolRun:
         limits: dict[str, Any] = {
             "timeout_seconds": args.timeout_seconds,
             "output_limit_bytes": args.output_limit_bytes,
+            "gpu_count": args.gpu_count,
             "raw_output": args.raw_output,
         }
         excludes = (*DEFAULT_EXCLUDES, *args.exclude)
@@ -406,6 +408,7 @@ def execute(run: ToolRun, program: Program, url: str, token: str | None) -> int:
                 program,
                 timeout_seconds=run.timeout_seconds,
                 output_limit_bytes=run.output_limit_bytes,
+                gpu_count=run.gpu_count,
             )
     except ExecutionTimeout as error:
         note(f"the server stopped the run at its time limit (--timeout-seconds): {error}")
@@ -520,6 +523,9 @@ def _common_options() -> argparse.ArgumentParser:
     group.add_argument("--output-limit-bytes", type=int, default=argparse.SUPPRESS, metavar="N",
                        help="stdout and stderr kept, per stream (default "
                        f"{DEFAULT_OUTPUT_LIMIT_BYTES}; the server clamps it)")
+    group.add_argument("--gpu-count", type=int, default=argparse.SUPPRESS, metavar="N",
+                       help="GPUs the run holds at once, seen as devices 0 to N-1 (1-8, at most "
+                       "the server's GPUs; default: the server's, one on a GPU server)")
     group.add_argument("--upload", action="append", metavar="PATH", default=argparse.SUPPRESS,
                        help="a file or folder inside the current directory to upload instead of "
                        "the default (repeatable)")
@@ -622,6 +628,7 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
         "token": None,  # Client reads KCORAL_TOKEN itself
         "timeout_seconds": DEFAULT_TIMEOUT_SECONDS,
         "output_limit_bytes": DEFAULT_OUTPUT_LIMIT_BYTES,
+        "gpu_count": None,
         "upload": None,
         "exclude": [],
         "no_upload": False,
@@ -638,6 +645,8 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
         args.tool_parser.error("--timeout-seconds must be a positive number")
     if args.output_limit_bytes < 0:
         args.tool_parser.error("--output-limit-bytes must be >= 0")
+    if args.gpu_count is not None and not 1 <= args.gpu_count <= 8:
+        args.tool_parser.error("--gpu-count must be between 1 and 8")
     return args
 
 

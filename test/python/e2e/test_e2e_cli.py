@@ -96,6 +96,12 @@ def test_the_readme_gpu_example_is_refused_by_a_cpu_server(server, bench):
     assert not (bench / "check.ncu-rep").exists()
 
 
+def test_gpus_asked_of_a_cpu_server_are_refused_with_its_reason(server, bench):
+    out = kcoral("run", "--gpu-count", "2", "python", "bench/check.py", cwd=bench, url=server.url)
+    assert out.returncode == 125, out.stderr
+    assert "'gpu_count' is 2, but this is a CPU server: it has no GPU" in out.stderr
+
+
 # -- python and shell -------------------------------------------------------------------------
 
 

@@ -54,6 +54,8 @@ def test_options_go_before_or_after_the_tool_and_default_from_the_environment(pr
     args = _cli.parse(["run", "python", "bench/check.py"])
     assert args.url == "http://server.invalid:8000"
     assert (args.timeout_seconds, args.output_limit_bytes) == (300.0, 16 << 20)
+    assert args.gpu_count is None  # the server's default
+    assert _cli.parse(["run", "python", "--gpu-count", "2", "bench/check.py"]).gpu_count == 2
 
 
 def test_a_separator_after_the_script_reaches_the_script(project):
@@ -76,6 +78,8 @@ def test_no_url_is_a_usage_error(project, monkeypatch, capsys):
     ["run", "compute-sanitizer", "--sanitizer-options", "--log-file=x", "bench/check.py"],
     ["run", "--upload", "..", "python", "bench/check.py"],
     ["run", "--timeout-seconds", "inf", "shell", "true"],
+    ["run", "--gpu-count", "9", "python", "bench/check.py"],
+    ["run", "--gpu-count", "0", "shell", "true"],
 ])
 def test_command_lines_that_cannot_run_exit_2_before_anything_is_sent(project, argv, capsys):
     with pytest.raises(SystemExit) as exit_info:
