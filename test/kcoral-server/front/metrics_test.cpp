@@ -102,11 +102,13 @@ TEST_CASE("other requests and the gauges are rendered") {
   blobs.put("default", kcoral::sha256_hex("de"), *kcoral::Blob::copy_of("de"));
   metrics.record_other_request();
   metrics.record_other_request();
-  const std::string text = metrics.render({8, 3, 5}, blobs);
+  const std::string text = metrics.render({8, 3, 5, 6, 9}, blobs);
   CHECK(sample(text, "kcoral_other_requests_total") == "2");
   CHECK(sample(text, "kcoral_workers_capacity") == "8");
   CHECK(sample(text, "kcoral_workers_busy") == "3");
   CHECK(sample(text, "kcoral_queue_depth") == "5");
+  CHECK(sample(text, "kcoral_gpus_busy") == "6");
+  CHECK(sample(text, "kcoral_gpus_waiting") == "9");
   CHECK(sample(text, "kcoral_blob_cache_bytes") == "5");
   CHECK(sample(text, "kcoral_blob_cache_blobs") == "2");
 }
