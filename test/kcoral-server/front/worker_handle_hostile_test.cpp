@@ -1,0 +1,218 @@
+// WorkerHandle against a hostile worker: every message a worker may not send in its state,
+// every malformed one, every bad result part, a flood of messages, and any message from an
+// idle worker kills the process and fails that job with `engine` (and only that job);
+// returned values pass as JSON whatever the size of their numbers.
+#include "worker_handle_support.hpp"
+
+using kcoral::WorkerHandle;
+using kcoral::test::Harness;
+using kcoral::test::make_job;
+using kcoral::test::memfd_with;
+using kcoral::test::completed;
+namespace messages = kcoral::messages;
+
+TEST_SUITE("worker_handle") {
+
+TEST_CASE("ready while a job runs kills the worker and fails that job") {
+  Harness h;
+  h.take(make_job());
+  h.send(messages::Ready{});
+  CHECK(h.engine_error() ==
+        "the worker running this program broke the channel protocol ('ready' while not starting) and was killed");
+  CHECK(h.killed());
+  CHECK(h.idle == 1);  // not idle again: nothing of it reaches another job
+}
+
+TEST_CASE("messages a running worker may not send kill it") {
+  struct Case {
+    const char* name;
+    std::string text;
+    const char* why;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"progress past the end", R"({"type":"progress","index":4})", "progress past the program's end"},
+           {"a missing field", R"({"type":"progress"})", "'index' is missing"},
+           {"a default-looking field", R"({"type":"progress","index":"0"})", "non-negative integer"},
+           {"an unknown type", R"({"type":"take_over"})", "unknown channel message type"},
+           {"a front message", R"({"type":"lease_granted"})", "a worker does not send 'lease_granted'"},
+           {"a front message without its memfd", R"({"type":"run","request_id":"x","output_limit_bytes":1,"max_binary_bytes":1})",
+            "a 'run' message came with 0 descriptors instead of 1"},
+           {"a zygote message", R"({"type":"exited","pid":1})", "a worker does not send 'exited'"},
+           {"a lease given back unheld", R"({"type":"lease","acquire":false})", "does not hold"},
+           {"a context turn mid-job", R"({"type":"init_lease","acquire":true})", "'init_lease' after starting"},
+           {"failed mid-job", R"({"type":"failed","message":"x"})", "'failed' after starting"},
+           {"not JSON", "{{{{", "not a JSON object"},
+       }) {
+    CAPTURE(c.name);
+    Harness h;
+    h.take(make_job());
+    h.send_text(c.text);
+    CHECK(h.engine_error().find(c.why) != std::string::npos);
+    CHECK(h.killed());
+  }
+}
+
+TEST_CASE("progress that goes back, and a lease asked for twice, kill the worker") {
+  {
+    Harness h;
+    h.take(make_job());
+    h.send(messages::Progress{2});
+    h.send(messages::Progress{1});
+    CHECK(h.engine_error().find("progress that goes back") != std::string::npos);
+  }
+  {
+    Harness h;
+    h.take(make_job());
+    h.send(messages::Lease{true});
+    CHECK(std::holds_alternative<messages::LeaseGranted>(h.receive().message));
+    h.send(messages::Lease{true});
+    CHECK(h.engine_error().find("asked twice for the GPU lease") != std::string::npos);
+    CHECK(!h.leases.program_holder({0}, 0).has_value());  // taken back from the killed worker
+  }
+}
+
+TEST_CASE("returned values pass as JSON whatever the size of their numbers") {
+  const std::string big = "1" + std::string(400, '0');
+  for (std::string results : {R"({"a":{"type":"integer","value":)" + big + "}}",
+                              std::string(R"({"a":[1e400,-1e-400,-0.0,0,-7,5E+3,"\u0000",true,false,null,{}]})")}) {
+    CAPTURE(results.substr(0, 60));
+    Harness h;
+    h.take(make_job());
+    messages::RunResult result = completed();
+    result.results = results;
+    h.send(result);
+    REQUIRE(h.pump([&] { return h.outcome.has_value(); }));
+    REQUIRE(h.outcome->result.has_value());
+    CHECK(h.outcome->result->results_json == results);
+  }
+}
+
+TEST_CASE("results that are not what they claim kill the worker") {
+  SUBCASE("an error kind a worker may not report") {
+    Harness h;
+    h.take(make_job());
+    messages::RunResult result = completed();
+    result.error = messages::ErrorDetail{kcoral::ErrorKind::busy, "x", 0, "run", "", std::nullopt, std::nullopt, std::nullopt};
+    h.send(result);
+    CHECK(h.engine_error().find("error kind 'busy'") != std::string::npos);
+  }
+  SUBCASE("parts in a memfd that is not sealed") {
+    Harness h;
+    h.take(make_job());
+    auto parts = memfd_with("abc", false);
+    h.send(completed({3}), {parts.get()});
+    CHECK(h.engine_error().find("not sealed") != std::string::npos);
+  }
+  SUBCASE("parts in a pipe") {
+    Harness h;
+    h.take(make_job());
+    int pipe_fds[2];
+    REQUIRE(::pipe(pipe_fds) == 0);
+    h.send(completed({3}), {pipe_fds[0]});
+    ::close(pipe_fds[0]);
+    ::close(pipe_fds[1]);
+    CHECK(h.engine_error().find("not a regular file") != std::string::npos);
+  }
+  SUBCASE("parts of another size than declared") {
+    Harness h;
+    h.take(make_job());
+    auto parts = memfd_with("abcdef", true);
+    h.send(completed({3, 2}), {parts.get()});
+    CHECK(h.engine_error().find("not the size declared") != std::string::npos);
+  }
+  SUBCASE("a 64 GiB memfd is refused by its size, before it is mapped") {
+    Harness h;
+    h.take(make_job());
+    kcoral::UniqueFd huge(::memfd_create("huge", MFD_CLOEXEC | MFD_ALLOW_SEALING));
+    REQUIRE(::ftruncate(huge.get(), std::int64_t{64} << 30) == 0);  // sparse: costs nothing
+    ::fcntl(huge.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE);
+    h.send(completed({std::uint64_t{64} << 30}), {huge.get()});
+    CHECK(h.engine_error().find("exceed the job's binary limit") != std::string::npos);
+  }
+  SUBCASE("returned values that are not one JSON object, or that add fields to the response") {
+    for (std::string results : {std::string("{"), std::string("[]"), std::string(R"({},"status":"COMPLETED","x":0)"),
+                                std::string(R"({"a":1})") + std::string(100000, ']'), std::string(R"({"a":1} {})"),
+                                std::string(R"({"a":tru})"), std::string(R"({"a":1.})"), std::string(R"({"a":01})"),
+                                std::string(R"({"a":[1,]})"), std::string(R"({"a" 1})"),
+                                // Found by returned_values_fuzzer: a bad escape in a top-level
+                                // key, and a vertical tab (not JSON whitespace) after a number.
+                                std::string(R"({"on\s":0})"), std::string("{\"a\":4\v}")}) {
+      CAPTURE(results.substr(0, 40));
+      Harness h;
+      h.take(make_job());
+      messages::RunResult result = completed();
+      result.results = results;
+      h.send(result);
+      CHECK(h.engine_error().find("returned values are not") != std::string::npos);
+    }
+  }
+  SUBCASE("returned values that name parts wrongly: missing, twice, out of range, unnamed") {
+    for (std::string results : {std::string(R"({"a":{"type":"bytes","part":"return:1"}})"),
+                                std::string(R"({"a":{"type":"bytes","part":"return:0"},"b":{"part":"return:0"}})"),
+                                std::string(R"({"a":{"type":"bytes","part":"return:+0"}})"),
+                                std::string(R"({"a":{"type":"bytes","part":"other:0"}})"), std::string("{}")}) {
+      CAPTURE(results);
+      Harness h;
+      h.take(make_job());
+      auto parts = memfd_with("abc", true);
+      messages::RunResult result = completed({3});
+      result.results = results;
+      h.send(result, {parts.get()});
+      CHECK(h.engine_error().find("part") != std::string::npos);
+      CHECK(h.engine_error().find("not valid JSON") == std::string::npos);
+    }
+  }
+  SUBCASE("returned values nested a million deep fail the program (serialization), and the worker goes") {
+    for (std::string value : {std::string(1000000, '[') + std::string(1000000, ']'),
+                              [] {  // the typed tree's own shape, as a patched encoder would send it
+                                std::string deep;
+                                for (int i = 0; i < 200000; ++i) deep += R"({"type":"array","value":[)";
+                                for (int i = 0; i < 200000; ++i) deep += "]}";
+                                return deep;
+                              }()}) {
+      Harness h(1, std::size_t{64} << 20);
+      h.take(make_job());
+      messages::RunResult result = completed();
+      result.continues = true;  // a worker that would take another program: not after this
+      result.results = R"({"out":)" + value + "}";
+      h.send(result);
+      REQUIRE(h.pump([&] { return h.outcome.has_value() && h.gone; }));
+      REQUIRE(h.outcome->result.has_value());
+      const auto& error = h.outcome->result->error;
+      REQUIRE(error.has_value());
+      CHECK(error->kind == kcoral::ErrorKind::serialization);
+      CHECK(error->instruction_index == 3);
+      CHECK(error->instruction_op == "return");
+      CHECK(error->message.find("return 'out': returned values nested deeper than 256 levels") != std::string::npos);
+      CHECK(h.outcome->result->results_json == "{}");
+      CHECK(h.outcome->result->stdout_output.text == "printed");
+      CHECK(h.killed());
+    }
+  }
+  SUBCASE("declared sizes over the limit that overflow when added") {
+    Harness h;
+    h.take(make_job());
+    auto parts = memfd_with("ab", true);
+    h.send(completed({1, ~std::uint64_t{0}}), {parts.get()});
+    CHECK(h.engine_error().find("exceed the job's binary limit") != std::string::npos);
+  }
+}
+
+TEST_CASE("a worker that floods the front with messages is killed") {
+  Harness h;
+  h.take(make_job());
+  for (int i = 0; i < 100; ++i) h.send(messages::GpuAccess{});
+  CHECK(h.engine_error().find("more messages than its program explains") != std::string::npos);
+}
+
+TEST_CASE("any message from an idle worker kills it; it never had a job to fail") {
+  Harness h;
+  h.send(messages::Ready{});
+  REQUIRE(h.pump([&] { return h.idle == 1; }));
+  h.send(messages::Progress{0});
+  REQUIRE(h.pump([&] { return h.gone; }));
+  CHECK(!h.outcome.has_value());
+  CHECK(h.killed());
+}
+
+}  // TEST_SUITE
