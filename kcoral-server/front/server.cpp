@@ -442,12 +442,10 @@ int run_server(ServerConfig config) {
   // Each failed start is said (once the server listens: before, the first failure ends
   // the start with its message) and logged; so is the state in which none can start.
   std::atomic<bool> listening{false};
-  pool_config.start_failed = [&listening, event_log = logs->requests.get(),
-                              groups = worker_groups(pool_config.groups, pool_config.max_gpus_per_program),
-                              gpu = config.device == "gpu"](const WorkerSupply::StartEnd& end,
-                                                            std::size_t failures_in_row) {
-    // Its GPU's UUID, or a set group's UUIDs joined by commas.
-    std::string of_gpu = gpu && end.group < groups.size() ? groups[end.group].visible_devices : std::string();
+  pool_config.start_failed = [&listening, event_log = logs->requests.get()](const WorkerSupply::StartEnd& end,
+                                                                            std::size_t failures_in_row) {
+    // Its GPU's UUID, or a set group's UUIDs joined by commas; empty on a CPU server.
+    const std::string& of_gpu = end.visible_devices;
     const char* of = of_gpu.empty() ? "" : of_gpu.find(',') == std::string::npos ? " of GPU " : " of GPUs ";
     if (listening)
       std::fprintf(stderr, "kcoral-server: a worker%s%s failed to start (%zu in a row): %.2000s\n", of,

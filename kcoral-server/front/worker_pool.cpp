@@ -423,7 +423,7 @@ void WorkerPool::publish_load() {
   for (const Awaiting& waiting : awaiting_) gpus_running += groups_[waiting.group].gpus.size();
   for (std::size_t group = 0; group < groups_.size(); ++group) {
     running += running_[group];
-    gpus_running += running_[group] * std::max<std::size_t>(1, groups_[group].gpus.size());
+    gpus_running += running_[group] * groups_[group].gpus.size();  // a CPU server's one group: {0}
   }
   running_count_ = running;
   gpus_running_count_ = gpus_running;

@@ -147,13 +147,14 @@ void WorkerSupply::on_alive(const WorkerPtr& worker) {
 void WorkerSupply::on_started(const WorkerPtr& worker) {
   starts_.ready(worker->group());
   restarts_in_row_ = 0;
-  if (events_.start_ended) events_.start_ended({worker->group(), worker->pid(), std::nullopt, false});
+  if (events_.start_ended) events_.start_ended({worker->group(), worker->pid(), std::nullopt, false,
+                                                 config_.groups[worker->group()].visible_devices});
   announce();
 }
 
 void WorkerSupply::on_start_failed(std::size_t group, pid_t pid, const std::string& why, bool timed_out) {
   starts_.failed(group, why, timed_out);
-  if (events_.start_ended) events_.start_ended({group, pid, why, timed_out});
+  if (events_.start_ended) events_.start_ended({group, pid, why, timed_out, config_.groups[group].visible_devices});
   announce();
 }
 

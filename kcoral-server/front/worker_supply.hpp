@@ -59,6 +59,7 @@ class WorkerSupply {
     pid_t pid = 0;                       // the worker's, or the zygote's when it failed
     std::optional<std::string> failure;  // why it did not start; nullopt: it did
     bool timed_out = false;              // killed at its start deadline
+    std::string visible_devices = {};    // its group's (WorkerGroup::visible_devices)
   };
   struct Events {
     // The zygote is up and the first worker of every group is alive (the start trial).

@@ -181,7 +181,10 @@ TEST_CASE("every group is brought to strength, each fork pinned to its group, an
   for (const kcoral::WorkerPtr& worker : h.idle)
     CHECK(forks.at(worker->pid()) == (worker->group() == 0 ? "gpu-a" : "gpu-b"));
   CHECK(h.start_ends.size() == 4);
-  for (const auto& end : h.start_ends) CHECK_FALSE(end.failure.has_value());
+  for (const auto& end : h.start_ends) {
+    CHECK_FALSE(end.failure.has_value());
+    CHECK(end.visible_devices == (end.group == 0 ? "gpu-a" : "gpu-b"));  // what the server's log names
+  }
   CHECK(h.supply->starts().counts().ready == 4);
 }
 
@@ -366,6 +369,7 @@ TEST_CASE("an on-demand group whose starts fail: each wanted start fails, with n
   REQUIRE(h.start_ends[2].failure.has_value());
   CHECK(h.start_ends[2].group == 2);
   CHECK(*h.start_ends[2].failure == "no device for fail,gpu-a,gpu-b");
+  CHECK(h.start_ends[2].visible_devices == "fail,gpu-a,gpu-b");
   CHECK_FALSE(h.supply->starts().backing_off(2));
   CHECK(h.supply->starts().failures_in_row(2) >= 4);
   CHECK_FALSE(h.supply->starts().failing());
