@@ -1,7 +1,8 @@
 // WorkerHandle against a hostile worker: every message a worker may not send in its state,
 // every malformed one, every bad result part, a flood of messages, and any message from an
-// idle worker kills the process and fails that job with `engine` (and only that job);
-// returned values pass as JSON whatever the size of their numbers.
+// idle worker kills the process and fails that job with `engine` (and only that job); a
+// worker of several GPUs killed so gives every one of them back at once; returned values
+// pass as JSON whatever the size of their numbers.
 #include "worker_handle_support.hpp"
 
 using kcoral::WorkerHandle;
@@ -69,6 +70,22 @@ TEST_CASE("progress that goes back, and a lease asked for twice, kill the worker
     CHECK(h.engine_error().find("asked twice for the GPU lease") != std::string::npos);
     CHECK(!h.leases.program_holder({0}, 0).has_value());  // taken back from the killed worker
   }
+}
+
+TEST_CASE("a worker of several GPUs that breaks the protocol holding them all gives every one back as it is killed") {
+  Harness h(1, 1 << 20, std::chrono::seconds(60), {0, 1});
+  h.take(make_job());
+  h.send(messages::Lease{true});
+  CHECK(std::holds_alternative<messages::LeaseGranted>(h.receive().message));
+  bool other_granted = false;  // another worker's program waits for GPU 1
+  REQUIRE(h.leases.acquire_program({1}, 2, [&] { other_granted = true; }).has_value());
+  CHECK_FALSE(other_granted);
+  h.send(messages::Lease{true});  // asked twice: killed
+  CHECK(h.engine_error().find("asked twice for the GPU lease") != std::string::npos);
+  CHECK(h.killed());
+  CHECK(other_granted);  // GPU 1 went straight to the waiter
+  CHECK(!h.leases.program_holder({0}, 2).has_value());  // and GPU 0 is held by nobody
+  CHECK(h.leases.program_holder({1}, 0) == 2);
 }
 
 TEST_CASE("returned values pass as JSON whatever the size of their numbers") {
