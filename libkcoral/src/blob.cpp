@@ -9,6 +9,10 @@
 #include <cerrno>
 #include <cstring>
 #include <string>
+#include <system_error>
+#include <thread>
+
+#include "kcoral/sha256.hpp"
 
 namespace kcoral {
 
@@ -135,6 +139,27 @@ Status BlobBuilder::append(std::span<const std::byte> data) {
   end_ += data.size();
   bytes_ += data.size();
   return {};
+}
+
+Result<std::vector<std::string>> BlobBuilder::append_hashed(std::span<const std::span<const std::byte>> pieces) {
+  std::vector<std::string> digests(pieces.size());
+  auto hash_all = [&] {
+    for (std::size_t i = 0; i < pieces.size(); ++i) digests[i] = sha256_hex(pieces[i]);
+  };
+  std::size_t total = 0;
+  for (auto piece : pieces) total += piece.size();
+  std::jthread hasher;
+  if (total >= kHashAlongsideBytes) {
+    try {
+      hasher = std::jthread(hash_all);
+    } catch (const std::system_error&) {  // no thread to be had: one pass after the other
+    }
+  }
+  if (!hasher.joinable()) hash_all();
+  for (auto piece : pieces)
+    if (auto status = append(piece); !status) return std::unexpected(status.error());  // the hasher is joined
+  if (hasher.joinable()) hasher.join();
+  return digests;
 }
 
 Result<std::vector<Blob>> BlobBuilder::finish() {

@@ -16,7 +16,6 @@ import platform
 import sys
 import types
 from collections.abc import Iterator
-from hashlib import sha256 as _sha256
 from json import JSONEncoder as _JSONEncoder
 from math import isfinite as _isfinite
 
@@ -36,7 +35,7 @@ _MAX_PARTS = 1 << 20
 _MAX_INT_DIGITS = 4300
 _INT_BOUND = 10**_MAX_INT_DIGITS
 # Bound when the worker starts, before any uploaded code runs: a program that replaces
-# json.dumps or hashlib.sha256 must not change how its results are encoded.
+# json.dumps must not change how its results are encoded (the digests are the executor's).
 _ENCODE_JSON = _JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
 # The compiler flag of ``from __future__ import annotations``: see compile_module.
 _POSTPONED_ANNOTATIONS = __future__.annotations.compiler_flag
@@ -180,9 +179,11 @@ class _Encoder:
         self.next_part = first_part
         self.budget_bytes = budget_bytes
         self.parts: list[memoryview] = []
+        self._nodes: list[dict] = []  # the binary values' nodes, in the order of `parts`
         self._active: set[int] = set()
 
-    def binary(self, kind: str, data: memoryview, where: str) -> dict:
+    def binary(self, node: dict, data: memoryview, where: str) -> dict:
+        """`node` of a binary value, with its part; its "sha256" is filled in by digested()."""
         if data.nbytes > self.budget_bytes:
             raise ResponseTooLarge(
                 f"{where}: returning {data.nbytes} more bytes would exceed the server's "
@@ -195,10 +196,17 @@ class _Encoder:
             )
         self.budget_bytes -= data.nbytes
         self.parts.append(data)
-        node = {"type": kind, "part": f"return:{self.next_part}",
-                "sha256": _sha256(data).hexdigest()}
+        self._nodes.append(node)
+        node["part"] = f"return:{self.next_part}"
         self.next_part += 1
         return node
+
+    def digested(self, digests: list) -> None:
+        """Gives each binary node the SHA-256 of its part, in the order of `parts`."""
+        if len(digests) != len(self._nodes):
+            raise SerializationError("internal: a digest for each binary part was expected")
+        for node, digest in zip(self._nodes, digests):
+            node["sha256"] = digest
 
     def encode(self, value, where: str, depth: int = 0) -> dict:
         if depth > _MAX_DEPTH:
@@ -223,15 +231,13 @@ class _Encoder:
         if isinstance(value, (bytes, bytearray, memoryview)):
             view = memoryview(value)
             data = view.cast("B") if view.c_contiguous else memoryview(view.tobytes())
-            return self.binary("bytes", data, where)
+            return self.binary({"type": "bytes"}, data, where)
         if isinstance(value, (list, tuple, dict)):
             return self._container(value, where, depth)
         tensor = _export_tensor(value)
         if tensor is not None:
             dtype, shape, data = tensor
-            node = self.binary("tensor", data, where)
-            return {"type": "tensor", "dtype": dtype, "shape": shape,
-                    "part": node["part"], "sha256": node["sha256"]}
+            return self.binary({"type": "tensor", "dtype": dtype, "shape": shape}, data, where)
         numpy = sys.modules.get("numpy")
         if numpy is not None and isinstance(value, numpy.generic):
             raise SerializationError(
@@ -265,11 +271,17 @@ class _Encoder:
 
 
 def encode_value(value, key: str, first_part: int, budget_bytes: int):
-    """Encode a returned value: (JSON text of its tree, binary parts in depth-first order)."""
+    """Encode a returned value: its binary parts in depth-first order, and a function that
+    takes their SHA-256 digests and gives the JSON text of its tree. The caller computes the
+    digests as it stores the parts, each pass beside the other (BlobBuilder.append_hashed)."""
     encoder = _Encoder(first_part, budget_bytes)
     tree = encoder.encode(value, f"return {key!r}")
-    text = _ENCODE_JSON(tree)
-    return text.encode("utf-8", "replace"), encoder.parts
+
+    def text(digests: list) -> bytes:
+        encoder.digested(digests)
+        return _ENCODE_JSON(tree).encode("utf-8", "replace")
+
+    return encoder.parts, text
 
 
 # kcoral's own version is the server's (kcoral::version(), cmake/version.cmake), not read here.

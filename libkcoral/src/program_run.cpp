@@ -6,7 +6,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "kcoral/sha256.hpp"
 #include "output_capture.hpp"
 
 namespace kcoral {
@@ -351,12 +350,27 @@ void ProgramRun::execute(const Run& run) {
 }
 
 void ProgramRun::execute(const ReturnValue& ret) {
-  PyRef encoded;
   try {
-    encoded = KCORAL_PY_CHECK(PyObject_CallMethod(
+    // (binary parts, a function of their digests that gives the JSON text)
+    PyRef encoded = KCORAL_PY_CHECK(PyObject_CallMethod(
         context_.support, "encode_value", "Os#nK", value(ret.value), ret.key.data(),
         static_cast<Py_ssize_t>(ret.key.size()), static_cast<Py_ssize_t>(parts_.count()),
         static_cast<unsigned long long>(options_.max_binary_bytes - parts_.bytes())));
+    PyObject* binaries = PyTuple_GetItem(encoded.get(), 0);
+    Py_ssize_t count = PyList_Size(binaries);
+    std::vector<cpython::BufferView> views(static_cast<std::size_t>(count));
+    std::vector<std::span<const std::byte>> pieces;
+    for (Py_ssize_t i = 0; i < count; ++i) {
+      cpython::BufferView& view = views[static_cast<std::size_t>(i)];
+      KCORAL_PY_CHECK(view.acquire(PyList_GetItem(binaries, i), PyBUF_C_CONTIGUOUS));
+      pieces.push_back(view.bytes());
+    }
+    PyRef digests = KCORAL_PY_CHECK(PyList_New(count));
+    for (std::size_t i = 0; const std::string& digest : store_binary_parts(pieces))
+      PyList_SET_ITEM(digests.get(), static_cast<Py_ssize_t>(i++),
+                      KCORAL_PY_CHECK(PyUnicode_FromStringAndSize(digest.data(), 64)).release());
+    PyRef text = KCORAL_PY_CHECK(PyObject_CallOneArg(PyTuple_GetItem(encoded.get(), 1), digests.get()));
+    results_.emplace_back(ret.key, std::string(PyBytes_AsString(text.get()), PyBytes_Size(text.get())));
   } catch (const PythonException& e) {
     auto declared = error_kind_from_wire(e.error().declared_kind);
     if (declared == ErrorKind::response_too_large)
@@ -365,15 +379,6 @@ void ProgramRun::execute(const ReturnValue& ret) {
     throw InstructionFailure{ErrorKind::serialization, ours ? e.error().message : e.error().summary(),
                              ours ? "" : e.error().traceback};
   }
-  PyObject* text = PyTuple_GetItem(encoded.get(), 0);
-  PyObject* binaries = PyTuple_GetItem(encoded.get(), 1);
-  for (Py_ssize_t i = 0; i < PyList_Size(binaries); ++i) {
-    Py_buffer view;
-    KCORAL_PY_CHECK(PyObject_GetBuffer(PyList_GetItem(binaries, i), &view, PyBUF_C_CONTIGUOUS));
-    add_binary_part({static_cast<const char*>(view.buf), static_cast<std::size_t>(view.len)});
-    PyBuffer_Release(&view);
-  }
-  results_.emplace_back(ret.key, std::string(PyBytes_AsString(text), PyBytes_Size(text)));
 }
 
 void ProgramRun::execute(const ReturnPath& ret) {
@@ -398,9 +403,9 @@ void ProgramRun::execute(const ReturnPath& ret) {
                                                                     path.error().message, ""};
   std::uint64_t budget = options_.max_binary_bytes - parts_.bytes();
   auto file_node = [this](std::string_view data) {
-    Json node{{"type", "file"}, {"size", data.size()}, {"part", "return:" + std::to_string(parts_.count())},
-              {"sha256", sha256_hex(data)}};
-    add_binary_part(data);
+    Json node{{"type", "file"}, {"size", data.size()}, {"part", "return:" + std::to_string(parts_.count())}};
+    std::span<const std::byte> piece = std::as_bytes(std::span(data));
+    node["sha256"] = std::move(store_binary_parts({&piece, 1})[0]);
     return node;
   };
   if (ret.kind == PathKind::file) {
@@ -417,9 +422,14 @@ void ProgramRun::execute(const ReturnPath& ret) {
   results_.emplace_back(ret.key, node.dump(-1, ' ', false, Json::error_handler_t::replace));
 }
 
-void ProgramRun::add_binary_part(std::string_view data) {
-  if (auto status = parts_.append(data); !status)
-    throw InstructionFailure{ErrorKind::engine, status.error().message, ""};
+std::vector<std::string> ProgramRun::store_binary_parts(std::span<const std::span<const std::byte>> pieces) {
+  Result<std::vector<std::string>> digests;
+  {
+    cpython::GilReleased unlocked;  // the program's own threads may go on meanwhile
+    digests = parts_.append_hashed(pieces);
+  }
+  if (!digests) throw InstructionFailure{ErrorKind::engine, digests.error().message, ""};
+  return std::move(*digests);
 }
 
 const Blob& ProgramRun::blob(const std::string& digest) const {

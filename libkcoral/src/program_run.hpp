@@ -7,7 +7,9 @@
 
 #include <chrono>
 #include <cstdint>
+#include <cstddef>
 #include <optional>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -66,7 +68,8 @@ class ProgramRun {
   const Blob& blob(const std::string& digest) const;
   PyObject* value(const Ref& ref) const;
   void fail(std::size_t index, ErrorKind kind, std::string message, std::string traceback);
-  void add_binary_part(std::string_view data);
+  // Appends returned binary values to parts_; their SHA-256 digests, in order.
+  std::vector<std::string> store_binary_parts(std::span<const std::span<const std::byte>> pieces);
   std::string decode_output(const std::string& bytes) const;
 
   ExecutionContext context_;

@@ -1,20 +1,11 @@
 // Requests: multipart parts to a validated Program and its verified blobs.
-#include <system_error>
-#include <thread>
+#include <span>
 #include <unordered_set>
 
 #include "kcoral/codec.hpp"
 #include "kcoral/sha256.hpp"
 
 namespace kcoral {
-namespace {
-
-// From this many blob bytes in a request, their digests are computed on a thread of their
-// own while the blobs are copied into their memory file (each pass reads every byte once;
-// together they take the time of the slower, the hash, instead of both).
-constexpr std::size_t kHashAlongsideBytes = std::size_t{1} << 20;
-
-}  // namespace
 
 Result<ExecuteRequest> parse_execute_request(std::string_view content_type, std::string_view body,
                                              const RequestLimits& limits) {
@@ -51,42 +42,19 @@ Result<ExecuteRequest> parse_execute_request(std::string_view content_type, std:
   if (!program) return std::unexpected(program.error());
 
   std::unordered_set<std::string_view> referenced(program->blobs().begin(), program->blobs().end());
-  std::size_t blob_bytes = 0;
-  for (auto& [digest, part] : blob_parts) {
+  for (auto& [digest, part] : blob_parts)
     if (!referenced.contains(digest))
       return fail(ErrorKind::parse, "blob " + digest + " is not referenced by any instruction");
-    blob_bytes += part->data.size();
-  }
-  std::vector<std::string> actual(blob_parts.size());
-  auto hash_all = [&] {
-    for (std::size_t i = 0; i < blob_parts.size(); ++i) actual[i] = sha256_hex(blob_parts[i].second->data);
-  };
-  auto check_all = [&]() -> Status {
-    for (std::size_t i = 0; i < blob_parts.size(); ++i)
-      if (actual[i] != blob_parts[i].first)
-        return fail(ErrorKind::parse, "blob part " + blob_parts[i].first + " does not match its content (SHA-256 " +
-                                          actual[i] + ")");
-    return {};
-  };
-  std::jthread hasher;
-  if (blob_bytes >= kHashAlongsideBytes) {
-    try {
-      hasher = std::jthread(hash_all);
-    } catch (const std::system_error&) {  // no thread to be had: one pass after the other
-    }
-  }
-  if (!hasher.joinable()) {
-    hash_all();
-    KCORAL_TRY(check_all());
-  }
   // All of the request's blobs in one memfd: one descriptor however many there are.
+  std::vector<std::span<const std::byte>> pieces;
+  for (const auto& [digest, part] : blob_parts) pieces.push_back(std::as_bytes(std::span(part->data)));
   BlobBuilder file(BlobBuilder::kMappableFrom);
-  for (const auto& [digest, part] : blob_parts)
-    KCORAL_TRY(file.append(part->data));
-  if (hasher.joinable()) {
-    hasher.join();
-    KCORAL_TRY(check_all());
-  }
+  auto actual = file.append_hashed(pieces);
+  if (!actual) return std::unexpected(actual.error());
+  for (std::size_t i = 0; i < blob_parts.size(); ++i)
+    if ((*actual)[i] != blob_parts[i].first)
+      return fail(ErrorKind::parse, "blob part " + blob_parts[i].first + " does not match its content (SHA-256 " +
+                                        (*actual)[i] + ")");
   auto blobs = file.finish();
   if (!blobs) return std::unexpected(blobs.error());
   ExecuteRequest request{std::move(*program), std::string(program_part->data), {}};

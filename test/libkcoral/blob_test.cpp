@@ -2,14 +2,20 @@
 // The memfd cannot be written, grown or shrunk through its descriptor; copies share one
 // mapping that outlives the original; from_fd maps a descriptor another process sent;
 // from_untrusted_fd only a sealed regular file within a size limit; slices share their
-// blob's memfd; BlobBuilder puts many parts behind one sealed memfd.
+// blob's memfd; BlobBuilder puts many parts behind one sealed memfd, and gives their
+// SHA-256 digests when asked, computed beside the copy for large ones.
 #include <doctest/doctest.h>
 
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <span>
+#include <string>
+#include <vector>
+
 #include "kcoral/blob.hpp"
+#include "kcoral/sha256.hpp"
 
 namespace {
 
@@ -189,6 +195,36 @@ TEST_CASE("BlobBuilder can start large parts on a page, so that they map on thei
   CHECK((*parts)[2].view() == "tail");
   CHECK((*parts)[0].file_parts() == 3);
   CHECK((*parts)[0].file_size() == page + large.size() + 4);
+}
+
+TEST_CASE("BlobBuilder::append_hashed stores the pieces and gives each one's SHA-256, small or large") {
+  // Below kHashAlongsideBytes in all the digests are computed inline, above it on a thread
+  // beside the copy; either way each digest is the piece's own, in order.
+  for (std::size_t large_size : {std::size_t{100}, kcoral::BlobBuilder::kHashAlongsideBytes + 3}) {
+    CAPTURE(large_size);
+    std::string large(large_size, '\0');
+    for (std::size_t i = 0; i < large.size(); ++i) large[i] = static_cast<char>(i * 131 % 251);
+    const std::string small = "small", empty;
+    std::vector<std::span<const std::byte>> pieces{std::as_bytes(std::span(small)), std::as_bytes(std::span(empty)),
+                                                   std::as_bytes(std::span(large))};
+    kcoral::BlobBuilder builder;
+    REQUIRE(builder.append(std::string_view("before")).has_value());
+    auto digests = builder.append_hashed(pieces);
+    REQUIRE(digests.has_value());
+    CHECK(*digests == std::vector<std::string>{kcoral::sha256_hex(small), kcoral::sha256_hex(empty),
+                                               kcoral::sha256_hex(large)});
+    auto parts = builder.finish();
+    REQUIRE(parts.has_value());
+    REQUIRE(parts->size() == 4);
+    CHECK((*parts)[1].view() == small);
+    CHECK((*parts)[2].view().empty());
+    CHECK((*parts)[3].view() == large);
+  }
+  kcoral::BlobBuilder none;
+  auto digests = none.append_hashed({});
+  REQUIRE(digests.has_value());
+  CHECK(digests->empty());
+  CHECK(none.count() == 0);
 }
 
 }  // TEST_SUITE

@@ -14,6 +14,7 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -66,6 +67,7 @@ class Blob {
 // packed back to back. Not thread-safe.
 //   kcoral::BlobBuilder parts;
 //   parts.append(bytes);                 // Status
+//   auto digests = parts.append_hashed(pieces);  // Result<std::vector<std::string>>
 //   auto blobs = parts.finish();         // Result<std::vector<Blob>>
 class BlobBuilder {
  public:
@@ -76,6 +78,13 @@ class BlobBuilder {
 
   [[nodiscard]] Status append(std::span<const std::byte> data);
   [[nodiscard]] Status append(std::string_view data);
+  // Appends each of `pieces` and returns their SHA-256 digests (sha256_hex), in order.
+  // From kHashAlongsideBytes in all, the digests are computed on a thread of their own
+  // while the pieces are copied into the memfd: each pass reads every byte once, and
+  // together they take the time of the slower, the hash, instead of both. The digests are
+  // of the bytes as they were read for hashing, so `pieces` must not change meanwhile.
+  [[nodiscard]] Result<std::vector<std::string>> append_hashed(std::span<const std::span<const std::byte>> pieces);
+  static constexpr std::size_t kHashAlongsideBytes = std::size_t{1} << 20;
   [[nodiscard]] std::size_t count() const { return sizes_.size(); }
   [[nodiscard]] std::uint64_t bytes() const { return bytes_; }
   // Seals the memfd and returns one slice per append (none when nothing was appended).

@@ -3,12 +3,15 @@
 //
 // PyRef owns one strong reference (move-only; Py_XDECREF on destruction). Borrowed
 // references stay raw `PyObject*` and are never stored beyond the call that lends them.
-// Gil holds the GIL for a scope.
+// Gil holds the GIL for a scope; GilReleased lets it go for one. BufferView holds an
+// object's bytes through the buffer protocol.
 #pragma once
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <cstddef>
+#include <span>
 #include <utility>
 
 namespace kcoral::cpython {
@@ -52,6 +55,47 @@ class Gil {
 
  private:
   PyGILState_STATE state_;
+};
+
+// Lets other Python threads run for a scope of C++ work that touches no Python object.
+// Entered with the GIL held.
+class GilReleased {
+ public:
+  GilReleased() : state_(PyEval_SaveThread()) {}
+  GilReleased(const GilReleased&) = delete;
+  GilReleased& operator=(const GilReleased&) = delete;
+  ~GilReleased() { PyEval_RestoreThread(state_); }
+
+ private:
+  PyThreadState* state_;
+};
+
+// A view of an object's bytes (PyObject_GetBuffer), released when destroyed. Not movable:
+// the exporter may keep the view's address.
+class BufferView {
+ public:
+  BufferView() = default;
+  BufferView(const BufferView&) = delete;
+  BufferView& operator=(const BufferView&) = delete;
+  ~BufferView() {
+    if (held_) PyBuffer_Release(&view_);
+  }
+
+  // Takes `object`'s buffer (PyBUF_* `flags`): 0, or -1 with the Python error set
+  // (for KCORAL_PY_CHECK). Once per view.
+  [[nodiscard]] int acquire(PyObject* object, int flags) {
+    if (PyObject_GetBuffer(object, &view_, flags) != 0) return -1;
+    held_ = true;
+    return 0;
+  }
+  [[nodiscard]] std::span<const std::byte> bytes() const {
+    if (!held_) return {};
+    return {static_cast<const std::byte*>(view_.buf), static_cast<std::size_t>(view_.len)};
+  }
+
+ private:
+  Py_buffer view_{};
+  bool held_ = false;
 };
 
 }  // namespace kcoral::cpython
