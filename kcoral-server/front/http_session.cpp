@@ -3,6 +3,7 @@
 
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/post.hpp>
+#include <cerrno>
 
 #include "kcoral/request_id.hpp"
 
@@ -31,6 +32,14 @@ constexpr std::size_t kWatchLimit = 64 * 1024;
 bool is_gone(beast::error_code ec) {
   return ec == http::error::end_of_stream || ec == http::error::partial_message || ec == boost::asio::error::eof ||
          ec == boost::asio::error::connection_reset || ec == boost::asio::error::operation_aborted;
+}
+
+// The body's memory file could not be made or grown (RequestBody): the server's state of
+// the moment, not the client's fault.
+bool is_out_of_memory(beast::error_code ec) { return ec == beast::error_code(ENOMEM, beast::generic_category()); }
+
+Error no_memory_for_body() {
+  return {ErrorKind::busy, "the server has no memory for this request's body now; retry later"};
 }
 
 }  // namespace
@@ -143,6 +152,7 @@ void HttpSession::on_header(beast::error_code ec) {
     return reject_and_close({ErrorKind::request_too_large,
                              "the request body is larger than the server's limit of " +
                                  std::to_string(state_.config.max_request_bytes) + " bytes"});
+  if (is_out_of_memory(ec)) return reject_and_close(no_memory_for_body());
   if (ec) return reject_and_close({ErrorKind::parse, "malformed HTTP request: " + ec.message()});
   const auto& header = parser_->get();
   if (overflow_) {
@@ -248,6 +258,7 @@ void HttpSession::reject_body(beast::error_code ec) {
     return reject_and_close({ErrorKind::request_too_large,
                              "the request body is larger than the server's limit of " +
                                  std::to_string(state_.config.max_request_bytes) + " bytes"});
+  if (is_out_of_memory(ec)) return reject_and_close(no_memory_for_body());
   reject_and_close({ErrorKind::parse, "malformed HTTP request: " + ec.message()});
 }
 

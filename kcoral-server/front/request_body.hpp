@@ -1,13 +1,12 @@
-// RequestBody: the Beast body type of a request, its bytes in memory that grows without a
-// copy.
+// RequestBody: the Beast body type of a request, its bytes received straight into a memory
+// file (kcoral::BlobFile).
 //
-// A chunked body does not say its length, so its buffer must grow as it arrives. A
-// std::string grows by allocating anew and copying: near the request limit, the old and
-// the new buffers are both resident (a 256 MiB body peaked at twice that). Here the bytes
-// live in an anonymous mapping that mremap(2) enlarges in place or moves by its page
-// tables, never by copying, so a body costs what it holds, chunked or not. A body of
-// declared length is mapped once at that length. Reading a request (the router, the
-// multipart parser) sees one contiguous std::string_view.
+// A body of declared length is mapped once at that length; a chunked body, which does not
+// say its length, grows as it arrives, in place, never by copying (a std::string would
+// hold the old and the new buffer at once near the request limit). The blobs of an
+// /execute body stay in that file as the worker's input (parse_execute_request), so the
+// upload is not copied again. Reading a request (the router, the multipart parser) sees one
+// contiguous std::string_view.
 //
 //   boost::beast::http::request_parser<kcoral::RequestBody> parser;
 //   std::string_view bytes = parser.get().body();
@@ -21,42 +20,12 @@
 #include <string_view>
 #include <utility>
 
+#include "kcoral/blob_file.hpp"
+
 namespace kcoral {
 
-// Bytes in an anonymous mapping, grown by mremap. Move-only; not thread-safe.
-class MappedBytes {
- public:
-  MappedBytes() = default;
-  MappedBytes(const MappedBytes&) = delete;
-  MappedBytes& operator=(const MappedBytes&) = delete;
-  MappedBytes(MappedBytes&& other) noexcept
-      : data_(std::exchange(other.data_, nullptr)),
-        size_(std::exchange(other.size_, 0)),
-        capacity_(std::exchange(other.capacity_, 0)) {}
-  MappedBytes& operator=(MappedBytes&& other) noexcept;
-  ~MappedBytes();
-
-  // Room for `bytes` in all; false when the kernel has no memory for it.
-  [[nodiscard]] bool reserve(std::size_t bytes);
-  // Appends, growing by doubling; false when out of memory (nothing appended).
-  [[nodiscard]] bool append(std::string_view bytes);
-  // Replaces the contents (tests build requests so); throws std::bad_alloc when out of memory.
-  MappedBytes& operator=(std::string_view bytes);
-
-  [[nodiscard]] const char* data() const { return data_; }
-  [[nodiscard]] std::size_t size() const { return size_; }
-  [[nodiscard]] std::size_t capacity() const { return capacity_; }
-  [[nodiscard]] std::string_view view() const { return {data_, size_}; }
-  operator std::string_view() const { return view(); }  // NOLINT: reads as the bytes it holds
-
- private:
-  char* data_ = nullptr;
-  std::size_t size_ = 0;
-  std::size_t capacity_ = 0;
-};
-
 struct RequestBody {
-  using value_type = MappedBytes;
+  using value_type = BlobFile;
 
   static std::uint64_t size(const value_type& body) { return body.size(); }
 

@@ -101,9 +101,10 @@ HttpResponse health(const HttpRequest& request, ServerState& state, const std::s
                        request.version(), request.keep_alive() && !state.stopping);
 }
 
-RouteResult execute(const HttpRequest& request, ServerState& state, std::string request_id, std::string_view client,
+RouteResult execute(HttpRequest& request, ServerState& state, std::string request_id, std::string_view client,
                     const BlobStore::CopyBudget& copies) {
   Clock::time_point received = Clock::now();
+  const std::size_t request_bytes = request.body().size();  // admission keeps the blobs, empties the body
   // The session let the request through on its token, so it has a tenant; should it not,
   // nothing runs (and no blob is stored) without one.
   std::optional<std::size_t> tenant = tenant_of(request, state);
@@ -112,7 +113,7 @@ RouteResult execute(const HttpRequest& request, ServerState& state, std::string 
     record_execute(state, {request_id, client, encoded.http_status, status, {},
                            error ? std::optional(error->kind) : std::nullopt, error ? error->message : "", program,
                            {}, std::chrono::duration<double>(Clock::now() - received).count(),
-                           request.body().size(), encoded.body.size(), tenant});
+                           request_bytes, encoded.body.size(), tenant});
     return RouteResult{make_response(encoded, request_id, request.version(),
                                      request.keep_alive() && !state.stopping),
                        nullptr};
@@ -136,7 +137,7 @@ RouteResult execute(const HttpRequest& request, ServerState& state, std::string 
   job->request_id = std::move(request_id);
   job->tenant = *tenant;
   job->client = std::string(client);
-  job->request_bytes = request.body().size();
+  job->request_bytes = request_bytes;
   job->admitted = std::move(admitted_request);
   job->received = received;
   return {std::nullopt, std::move(job)};
@@ -144,7 +145,7 @@ RouteResult execute(const HttpRequest& request, ServerState& state, std::string 
 
 }  // namespace
 
-RouteResult route(const HttpRequest& request, ServerState& state, std::string_view client,
+RouteResult route(HttpRequest& request, ServerState& state, std::string_view client,
                   const BlobStore::CopyBudget& copies) {
   std::string_view target(request.target().data(), request.target().size());
   target = target.substr(0, target.find('?'));

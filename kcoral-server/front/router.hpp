@@ -70,9 +70,10 @@ struct RouteResult {
   std::shared_ptr<ExecuteJob> job;       // run this and answer with finish_execute
 };
 
-// `client`: the peer's address, for the event log. `copies`: the budget that the bytes the
+// `request`'s body is emptied by POST /execute, whose blobs are kept where they arrived
+// (parse_execute_request). `client`: the peer's address, for the event log. `copies`: the budget that the bytes the
 // blob store makes for a program (BlobStore::resolve) are held in, with the request's own.
-[[nodiscard]] RouteResult route(const HttpRequest& request, ServerState& state, std::string_view client = {},
+[[nodiscard]] RouteResult route(HttpRequest& request, ServerState& state, std::string_view client = {},
                                 const BlobStore::CopyBudget& copies = {});
 
 // What one POST /execute came to: counted in the metrics and, with --log-dir, written to

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "kcoral/sha256.hpp"
+#include "memfd.hpp"
 
 namespace kcoral {
 
@@ -28,22 +29,11 @@ struct Blob::Mapping {
 
 namespace {
 
-constexpr int kSeals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE;
-
-Result<UniqueFd> new_memfd() {
-  UniqueFd fd(::memfd_create("kcoral-blob", MFD_CLOEXEC | MFD_ALLOW_SEALING));
-  // Out of descriptors or memory: a condition of the moment, worth a retry.
-  if (!fd && (errno == EMFILE || errno == ENFILE || errno == ENOMEM))
-    return fail(ErrorKind::busy, std::string("no memory file for the blobs (") + std::strerror(errno) +
-                                     "); retry later");
-  if (!fd) return system_error("memfd_create");
-  return fd;
-}
-
-Status write_all(int fd, std::span<const std::byte> data) {
+// Writes `data` at `offset` of the file (not at its position, which nothing here uses).
+Status write_all(int fd, std::span<const std::byte> data, std::size_t offset) {
   std::size_t written = 0;
   while (written < data.size()) {
-    ssize_t n = ::write(fd, data.data() + written, data.size() - written);
+    ssize_t n = ::pwrite(fd, data.data() + written, data.size() - written, static_cast<off_t>(offset + written));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) return system_error("writing a blob");
     written += static_cast<std::size_t>(n);
@@ -51,18 +41,27 @@ Status write_all(int fd, std::span<const std::byte> data) {
   return {};
 }
 
-Status seal(int fd) {
-  if (::fcntl(fd, F_ADD_SEALS, kSeals | F_SEAL_SEAL) != 0) return system_error("sealing a blob");
+}  // namespace
+
+Result<UniqueFd> new_memfd(const char* name) {
+  UniqueFd fd(::memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  if (!fd && (errno == EMFILE || errno == ENFILE || errno == ENOMEM))
+    return fail(ErrorKind::busy, std::string("no memory file for the blobs (") + std::strerror(errno) +
+                                     "); retry later");
+  if (!fd) return system_error("memfd_create");
+  return fd;
+}
+
+Status seal_memfd(int fd) {
+  if (::fcntl(fd, F_ADD_SEALS, kBlobSeals | F_SEAL_SEAL) != 0) return system_error("sealing a blob");
   return {};
 }
 
-}  // namespace
-
 Result<Blob> Blob::copy_of(std::span<const std::byte> data) {
-  auto fd = new_memfd();
+  auto fd = new_memfd("kcoral-blob");
   if (!fd) return std::unexpected(fd.error());
-  KCORAL_TRY(write_all(fd->get(), data));
-  KCORAL_TRY(seal(fd->get()));
+  KCORAL_TRY(write_all(fd->get(), data, 0));
+  KCORAL_TRY(seal_memfd(fd->get()));
   return from_fd(std::move(*fd));
 }
 
@@ -81,7 +80,7 @@ Result<Blob> Blob::from_untrusted_fd(UniqueFd fd, std::uint64_t max_bytes) {
   if (::fstat(fd.get(), &info) != 0) return system_error("fstat on a blob");
   if (!S_ISREG(info.st_mode)) return fail(ErrorKind::engine, "a blob's descriptor is not a regular file");
   int seals = ::fcntl(fd.get(), F_GET_SEALS);
-  if (seals < 0 || (seals & kSeals) != kSeals)
+  if (seals < 0 || (seals & kBlobSeals) != kBlobSeals)
     return fail(ErrorKind::engine, "a blob's memfd is not sealed against writing and resizing");
   if (static_cast<std::uint64_t>(info.st_size) > max_bytes)
     return fail(ErrorKind::engine, "a blob of " + std::to_string(info.st_size) + " bytes exceeds the limit of " +
@@ -124,16 +123,13 @@ Status BlobBuilder::append(std::string_view data) {
 
 Status BlobBuilder::append(std::span<const std::byte> data) {
   if (!fd_) {
-    auto fd = new_memfd();
+    auto fd = new_memfd("kcoral-blob");
     if (!fd) return std::unexpected(fd.error());
     fd_ = std::move(*fd);
   }
   static const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
-  if (data.size() >= page_align_from_ && end_ % page != 0) {
-    end_ += page - end_ % page;
-    if (::lseek(fd_.get(), static_cast<off_t>(end_), SEEK_SET) < 0) return system_error("aligning a blob");
-  }
-  if (auto status = write_all(fd_.get(), data); !status) return status;
+  if (data.size() >= page_align_from_ && end_ % page != 0) end_ += page - end_ % page;  // the gap is a hole
+  if (auto status = write_all(fd_.get(), data, end_); !status) return status;
   offsets_.push_back(end_);
   sizes_.push_back(data.size());
   end_ += data.size();
@@ -162,10 +158,20 @@ Result<std::vector<std::string>> BlobBuilder::append_hashed(std::span<const std:
   return digests;
 }
 
+void BlobBuilder::drop_from(std::size_t count) {
+  if (count >= sizes_.size()) return;
+  for (std::size_t i = count; i < sizes_.size(); ++i) bytes_ -= sizes_[i];
+  end_ = offsets_[count];
+  offsets_.resize(count);
+  sizes_.resize(count);
+  // Should the file not shrink, its tail is bytes no part names, which nobody reads.
+  [[maybe_unused]] int cut = ::ftruncate(fd_.get(), static_cast<off_t>(end_));
+}
+
 Result<std::vector<Blob>> BlobBuilder::finish() {
   std::vector<Blob> parts;
   if (sizes_.empty()) return parts;
-  KCORAL_TRY(seal(fd_.get()));
+  KCORAL_TRY(seal_memfd(fd_.get()));
   auto whole = Blob::map(std::move(fd_), end_, sizes_.size());
   if (!whole) return std::unexpected(whole.error());
   for (std::size_t i = 0; i < sizes_.size(); ++i) parts.push_back(*whole->slice(offsets_[i], sizes_[i]));

@@ -1,6 +1,6 @@
 // The CPU device: tensors are numpy arrays over a private copy-on-write mapping of the
-// uploaded blob (private_buffer), so uploads are not copied and programs may still write
-// to them.
+// uploaded blob where it is aligned for them (private_buffer), so uploads are not copied
+// and programs may still write to them.
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -19,11 +19,11 @@ class CpuDevice final : public Device {
     PyRef shape = KCORAL_PY_CHECK(PyList_New(0));
     for (std::int64_t extent : upload.shape)
       KCORAL_PY_CHECK(PyList_Append(shape.get(), PyRef::steal(PyLong_FromLongLong(extent)).get()));
-    PyRef buffer = private_buffer(blob);
+    PrivateBuffer buffer = private_buffer(blob, item_size(upload.dtype));
     std::string dtype(to_wire(upload.dtype));
-    return KCORAL_PY_CHECK(PyObject_CallMethod(support_.get(), "make_tensor", "Os#O", buffer.get(),
-                                               dtype.data(), static_cast<Py_ssize_t>(dtype.size()),
-                                               shape.get()));
+    return KCORAL_PY_CHECK(PyObject_CallMethod(support_.get(), "make_tensor", "Os#On", buffer.buffer.get(),
+                                               dtype.data(), static_cast<Py_ssize_t>(dtype.size()), shape.get(),
+                                               static_cast<Py_ssize_t>(buffer.offset)));
   }
 
   PyRef load_library(const std::string&) override {
@@ -43,16 +43,21 @@ class CpuDevice final : public Device {
 
 }  // namespace
 
-cpython::PyRef private_buffer(const Blob& blob) {
-  if (blob.size() == 0) return PyRef::borrow(Py_None);
-  if (blob.offset() % static_cast<std::size_t>(::sysconf(_SC_PAGESIZE)) != 0)
-    return KCORAL_PY_CHECK(PyByteArray_FromStringAndSize(blob.view().data(), static_cast<Py_ssize_t>(blob.size())));
-  // mmap.mmap(fd, size, MAP_PRIVATE, PROT_READ | PROT_WRITE, ACCESS_DEFAULT, offset):
-  // writes stay in this process.
+PrivateBuffer private_buffer(const Blob& blob, std::size_t item_size) {
+  if (blob.size() == 0) return {PyRef::borrow(Py_None), 0};
+  const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  std::size_t into_page = blob.offset() % page;
+  if (item_size == 0 || into_page % item_size != 0)
+    return {KCORAL_PY_CHECK(PyByteArray_FromStringAndSize(blob.view().data(), static_cast<Py_ssize_t>(blob.size()))),
+            0};
+  // mmap.mmap(fd, length, MAP_PRIVATE, PROT_READ | PROT_WRITE, ACCESS_DEFAULT, offset) from
+  // the blob's page: writes stay in this process.
   PyRef mmap_module = KCORAL_PY_CHECK(PyImport_ImportModule("mmap"));
-  return KCORAL_PY_CHECK(PyObject_CallMethod(mmap_module.get(), "mmap", "iniiiL", blob.fd(),
-                                             static_cast<Py_ssize_t>(blob.size()), MAP_PRIVATE,
-                                             PROT_READ | PROT_WRITE, 0, static_cast<long long>(blob.offset())));
+  return {KCORAL_PY_CHECK(PyObject_CallMethod(mmap_module.get(), "mmap", "iniiiL", blob.fd(),
+                                              static_cast<Py_ssize_t>(into_page + blob.size()), MAP_PRIVATE,
+                                              PROT_READ | PROT_WRITE, 0,
+                                              static_cast<long long>(blob.offset() - into_page))),
+          into_page};
 }
 
 std::unique_ptr<Device> make_cpu_device(PyObject* support) {

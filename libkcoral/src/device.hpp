@@ -56,10 +56,15 @@ class Device {
   }
 };
 
-// A private, writable buffer with a blob's bytes, for a tensor: a copy-on-write mapping
-// of its range where that starts on a page (a whole memfd, or a large part of a request's,
-// which are page-aligned), else a copy (small parts); None when the blob is empty.
-[[nodiscard]] cpython::PyRef private_buffer(const Blob& blob);
+// A private, writable buffer with a blob's bytes, for a tensor of `item_size`-byte
+// elements, and where in it they start. A copy-on-write mapping of the pages that hold
+// them where the first byte lies on an element boundary of its page (so the array over it
+// is aligned), else a copy; None when the blob is empty.
+struct PrivateBuffer {
+  cpython::PyRef buffer;
+  std::size_t offset = 0;
+};
+[[nodiscard]] PrivateBuffer private_buffer(const Blob& blob, std::size_t item_size);
 
 // `support` is the executor's Python helper module (_kcoral_executor).
 [[nodiscard]] std::unique_ptr<Device> make_cpu_device(PyObject* support);

@@ -108,13 +108,14 @@ def _numpy_dtype(name: str):
     return numpy.dtype(name).newbyteorder("<")
 
 
-def make_tensor(buffer, dtype: str, shape: list[int]):
-    """A writable numpy array over ``buffer`` (a private copy-on-write mapping)."""
+def make_tensor(buffer, dtype: str, shape: list[int], offset: int):
+    """A writable numpy array over ``buffer`` from ``offset`` (a private copy-on-write
+    mapping, or a copy)."""
     import numpy
 
     if buffer is None:
         return numpy.zeros(shape, dtype=_numpy_dtype(dtype))
-    return numpy.frombuffer(buffer, dtype=_numpy_dtype(dtype)).reshape(shape)
+    return numpy.frombuffer(buffer, dtype=_numpy_dtype(dtype), offset=offset).reshape(shape)
 
 
 def prepare_cuda() -> None:

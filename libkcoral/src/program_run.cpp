@@ -350,27 +350,48 @@ void ProgramRun::execute(const Run& run) {
 }
 
 void ProgramRun::execute(const ReturnValue& ret) {
+  // The encoder is Python in the program's own process, which the program may have patched:
+  // what it gives is checked before it is used.
+  auto malformed = [](const char* what) {
+    return InstructionFailure{ErrorKind::serialization,
+                              std::string("the worker's value encoder gave ") + what + "; was it replaced?", ""};
+  };
+  // Parts stored for a return that then fails are dropped again: every part the response
+  // carries is named by a returned value.
+  struct Rollback {
+    BlobBuilder& parts;
+    std::size_t count;
+    bool done = false;
+    ~Rollback() {
+      if (!done) parts.drop_from(count);
+    }
+  } rollback{parts_, parts_.count()};
   try {
     // (binary parts, a function of their digests that gives the JSON text)
     PyRef encoded = KCORAL_PY_CHECK(PyObject_CallMethod(
         context_.support, "encode_value", "Os#nK", value(ret.value), ret.key.data(),
         static_cast<Py_ssize_t>(ret.key.size()), static_cast<Py_ssize_t>(parts_.count()),
         static_cast<unsigned long long>(options_.max_binary_bytes - parts_.bytes())));
-    PyObject* binaries = PyTuple_GetItem(encoded.get(), 0);
-    Py_ssize_t count = PyList_Size(binaries);
+    if (!PyTuple_Check(encoded.get()) || PyTuple_GET_SIZE(encoded.get()) != 2 ||
+        !PyList_Check(PyTuple_GET_ITEM(encoded.get(), 0)) || !PyCallable_Check(PyTuple_GET_ITEM(encoded.get(), 1)))
+      throw malformed("no (parts, text function) pair");
+    PyObject* binaries = PyTuple_GET_ITEM(encoded.get(), 0);
+    Py_ssize_t count = PyList_GET_SIZE(binaries);
     std::vector<cpython::BufferView> views(static_cast<std::size_t>(count));
     std::vector<std::span<const std::byte>> pieces;
     for (Py_ssize_t i = 0; i < count; ++i) {
       cpython::BufferView& view = views[static_cast<std::size_t>(i)];
-      KCORAL_PY_CHECK(view.acquire(PyList_GetItem(binaries, i), PyBUF_C_CONTIGUOUS));
+      KCORAL_PY_CHECK(view.acquire(PyList_GET_ITEM(binaries, i), PyBUF_C_CONTIGUOUS));
       pieces.push_back(view.bytes());
     }
     PyRef digests = KCORAL_PY_CHECK(PyList_New(count));
     for (std::size_t i = 0; const std::string& digest : store_binary_parts(pieces))
       PyList_SET_ITEM(digests.get(), static_cast<Py_ssize_t>(i++),
                       KCORAL_PY_CHECK(PyUnicode_FromStringAndSize(digest.data(), 64)).release());
-    PyRef text = KCORAL_PY_CHECK(PyObject_CallOneArg(PyTuple_GetItem(encoded.get(), 1), digests.get()));
-    results_.emplace_back(ret.key, std::string(PyBytes_AsString(text.get()), PyBytes_Size(text.get())));
+    PyRef text = KCORAL_PY_CHECK(PyObject_CallOneArg(PyTuple_GET_ITEM(encoded.get(), 1), digests.get()));
+    if (!PyBytes_Check(text.get())) throw malformed("a JSON text that is not bytes");
+    results_.emplace_back(ret.key, std::string(PyBytes_AS_STRING(text.get()), PyBytes_GET_SIZE(text.get())));
+    rollback.done = true;
   } catch (const PythonException& e) {
     auto declared = error_kind_from_wire(e.error().declared_kind);
     if (declared == ErrorKind::response_too_large)

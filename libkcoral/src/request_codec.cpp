@@ -1,15 +1,16 @@
 // Requests: multipart parts to a validated Program and its verified blobs.
-#include <span>
+#include <string>
 #include <unordered_set>
+#include <vector>
 
 #include "kcoral/codec.hpp"
 #include "kcoral/sha256.hpp"
 
 namespace kcoral {
 
-Result<ExecuteRequest> parse_execute_request(std::string_view content_type, std::string_view body,
+Result<ExecuteRequest> parse_execute_request(std::string_view content_type, BlobFile& body,
                                              const RequestLimits& limits) {
-  auto parts = parse_multipart(content_type, body, limits.multipart);
+  auto parts = parse_multipart(content_type, body.view(), limits.multipart);
   if (!parts) return std::unexpected(parts.error());
 
   const MultipartPart* program_part = nullptr;
@@ -45,22 +46,30 @@ Result<ExecuteRequest> parse_execute_request(std::string_view content_type, std:
   for (auto& [digest, part] : blob_parts)
     if (!referenced.contains(digest))
       return fail(ErrorKind::parse, "blob " + digest + " is not referenced by any instruction");
-  // All of the request's blobs in one memfd: one descriptor however many there are.
-  std::vector<std::span<const std::byte>> pieces;
-  for (const auto& [digest, part] : blob_parts) pieces.push_back(std::as_bytes(std::span(part->data)));
-  BlobBuilder file(BlobBuilder::kMappableFrom);
-  auto actual = file.append_hashed(pieces);
-  if (!actual) return std::unexpected(actual.error());
-  for (std::size_t i = 0; i < blob_parts.size(); ++i)
-    if ((*actual)[i] != blob_parts[i].first)
-      return fail(ErrorKind::parse, "blob part " + blob_parts[i].first + " does not match its content (SHA-256 " +
-                                        (*actual)[i] + ")");
-  auto blobs = file.finish();
+  for (const auto& [digest, part] : blob_parts)
+    if (std::string actual = sha256_hex(part->data); actual != digest)
+      return fail(ErrorKind::parse,
+                  "blob part " + digest + " does not match its content (SHA-256 " + actual + ")");
+  // The blobs stay where they arrived, in the body's memfd: one descriptor however many
+  // there are, and no copy of their bytes. Parts come in the order of the body.
+  std::vector<BlobFile::Range> ranges;
+  for (const auto& [digest, part] : blob_parts)
+    ranges.push_back({static_cast<std::size_t>(part->data.data() - body.data()), part->data.size()});
+  std::string program_json(program_part->data);
+  auto blobs = body.keep(ranges);
   if (!blobs) return std::unexpected(blobs.error());
-  ExecuteRequest request{std::move(*program), std::string(program_part->data), {}};
+  ExecuteRequest request{std::move(*program), std::move(program_json), {}};
   for (std::size_t i = 0; i < blob_parts.size(); ++i)
     request.blobs.emplace(std::move(blob_parts[i].first), std::move((*blobs)[i]));
   return request;
+}
+
+Result<ExecuteRequest> parse_execute_request(std::string_view content_type, std::string_view body,
+                                             const RequestLimits& limits) {
+  BlobFile file;
+  if (!file.append(body)) return fail(ErrorKind::busy, "no memory for the request's " + std::to_string(body.size()) +
+                                                           " bytes; retry later");
+  return parse_execute_request(content_type, file, limits);
 }
 
 }  // namespace kcoral

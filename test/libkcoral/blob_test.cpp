@@ -227,4 +227,27 @@ TEST_CASE("BlobBuilder::append_hashed stores the pieces and gives each one's SHA
   CHECK(none.count() == 0);
 }
 
+TEST_CASE("BlobBuilder::drop_from forgets the last parts, and later parts take their place") {
+  kcoral::BlobBuilder builder(kcoral::BlobBuilder::kMappableFrom);
+  const std::string large(kcoral::BlobBuilder::kMappableFrom, 'L');
+  REQUIRE(builder.append(std::string_view("kept")).has_value());
+  REQUIRE(builder.append(large).has_value());
+  REQUIRE(builder.append(std::string_view("dropped too")).has_value());
+  builder.drop_from(1);
+  builder.drop_from(5);  // beyond the count: nothing
+  CHECK(builder.count() == 1);
+  CHECK(builder.bytes() == 4);
+  REQUIRE(builder.append(std::string_view("after")).has_value());
+  auto parts = builder.finish();
+  REQUIRE(parts.has_value());
+  REQUIRE(parts->size() == 2);
+  CHECK((*parts)[0].view() == "kept");
+  CHECK((*parts)[1].view() == "after");
+  CHECK((*parts)[0].file_parts() == 2);
+  // The dropped bytes are gone from the file, not only unnamed.
+  auto whole = kcoral::Blob::from_untrusted_fd(kcoral::UniqueFd(::dup((*parts)[0].fd())), 1 << 20);
+  REQUIRE(whole.has_value());
+  CHECK(whole->view().find('L') == std::string_view::npos);
+}
+
 }  // TEST_SUITE

@@ -53,6 +53,7 @@ class Blob {
 
  private:
   friend class BlobBuilder;
+  friend class BlobFile;
   struct Mapping;
   static Result<Blob> map(UniqueFd fd, std::size_t size, std::size_t parts = 1);
   std::shared_ptr<const Mapping> mapping_;
@@ -85,6 +86,8 @@ class BlobBuilder {
   // of the bytes as they were read for hashing, so `pieces` must not change meanwhile.
   [[nodiscard]] Result<std::vector<std::string>> append_hashed(std::span<const std::span<const std::byte>> pieces);
   static constexpr std::size_t kHashAlongsideBytes = std::size_t{1} << 20;
+  // Forgets the parts appended after the first `count`, as if they never were.
+  void drop_from(std::size_t count);
   [[nodiscard]] std::size_t count() const { return sizes_.size(); }
   [[nodiscard]] std::uint64_t bytes() const { return bytes_; }
   // Seals the memfd and returns one slice per append (none when nothing was appended).

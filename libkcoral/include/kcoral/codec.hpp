@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "kcoral/blob.hpp"
+#include "kcoral/blob_file.hpp"
 #include "kcoral/blob_store.hpp"
 #include "kcoral/multipart.hpp"
 #include "kcoral/program.hpp"
@@ -35,6 +36,11 @@ struct ExecuteRequest {
   BlobMap blobs;  // the blobs the request carried, verified; possibly fewer than referenced
 };
 
+// `body` as it was received; its blobs are kept as slices of it, the rest of it zeroed,
+// and it is empty afterwards (BlobFile::keep).
+[[nodiscard]] Result<ExecuteRequest> parse_execute_request(std::string_view content_type, BlobFile& body,
+                                                           const RequestLimits& limits);
+// The same for a body in memory: it is copied into a BlobFile first.
 [[nodiscard]] Result<ExecuteRequest> parse_execute_request(std::string_view content_type,
                                                            std::string_view body,
                                                            const RequestLimits& limits);

@@ -1,42 +1,16 @@
-// RequestBody (kcoral-server/front/request_body.cpp): bytes that grow by mremap, never by a
-// copy, and the Beast body type around them, fed as a session feeds its parser.
+// RequestBody (kcoral-server/front/request_body.cpp): the Beast body type around a
+// kcoral::BlobFile, fed as a session feeds its parser.
 #include <doctest/doctest.h>
 
 #include <boost/beast/http.hpp>
+#include <cerrno>
+#include <cstdint>
+#include <limits>
 #include <string>
 
 #include "request_body.hpp"
 
 namespace http = boost::beast::http;
-using kcoral::MappedBytes;
-
-TEST_CASE("bytes appended in many steps come back whole, growing by doubling") {
-  MappedBytes bytes;
-  CHECK(bytes.view().empty());
-  std::string expected;
-  for (int i = 0; i < 20000; ++i) {
-    std::string step = std::to_string(i) + std::string(static_cast<std::size_t>(i % 97), 'a' + i % 26);
-    REQUIRE(bytes.append(step));
-    expected += step;
-  }
-  CHECK(bytes.view() == expected);
-  CHECK(bytes.capacity() >= bytes.size());
-  CHECK(bytes.capacity() < 4 * bytes.size());
-  MappedBytes moved = std::move(bytes);
-  CHECK(moved.view() == expected);
-  CHECK(bytes.size() == 0);  // NOLINT: moved-from is empty, by contract
-  moved = std::string_view("replaced");
-  CHECK(moved.view() == "replaced");
-}
-
-TEST_CASE("a reservation is exact to the page, and an impossible one fails without harm") {
-  MappedBytes bytes;
-  REQUIRE(bytes.reserve(10000));
-  CHECK(bytes.capacity() == 12288);
-  REQUIRE(bytes.append("kept"));
-  CHECK_FALSE(bytes.reserve(std::size_t{1} << 62));
-  CHECK(bytes.view() == "kept");
-}
 
 TEST_CASE("a parser fills the body from a declared length and from chunks alike") {
   for (std::string request :
@@ -53,4 +27,23 @@ TEST_CASE("a parser fills the body from a declared length and from chunks alike"
     std::string_view seen = parser.get().body();  // as the router reads it
     CHECK(seen == "hello world");
   }
+}
+
+TEST_CASE("a declared length is reserved whole before the body comes, and one no memory can hold is ENOMEM") {
+  std::string header = "POST /execute HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\nx";
+  http::request_parser<kcoral::RequestBody> parser;
+  parser.body_limit(std::numeric_limits<std::uint64_t>::max());
+  parser.eager(true);  // on past the header into the body's first byte
+  boost::beast::error_code ec;
+  parser.put(boost::asio::buffer(header), ec);
+  REQUIRE((!ec || ec == http::error::need_more));
+  CHECK(parser.get().body().capacity() >= 100000);
+  CHECK(parser.get().body().view() == "x");
+
+  std::string huge = "POST /execute HTTP/1.1\r\nHost: x\r\nContent-Length: 4611686018427387904\r\n\r\nx";
+  http::request_parser<kcoral::RequestBody> refused;
+  refused.body_limit(std::numeric_limits<std::uint64_t>::max());
+  refused.eager(true);
+  refused.put(boost::asio::buffer(huge), ec);
+  CHECK(ec == boost::beast::error_code(ENOMEM, boost::beast::generic_category()));
 }

@@ -5,7 +5,7 @@ runs beside it and must complete with its own result; then the server must still
 - a program's worker is its own: a program can lift Python's limit on integer digits, or
   replace the worker's encoder of returned values (as ctypes could patch anything in the
   process) and send the front numbers of megabytes, nesting a million deep, or text that
-  would break the response's JSON;
+  would break the response's JSON, or break the encoder's contract with the executor;
 - small requests naming a large cached blob make the front copy it for each program: the
   copies are held to the in-flight budget;
 - a client that never reads a large answer is cut off within seconds;
@@ -49,7 +49,25 @@ SHAPES = {
 def patch(shape):
     text = SHAPES[shape]().encode()
     support = sys.modules["_kcoral_executor"]
-    support.encode_value = lambda value, key, first_part, budget_bytes: (text, [])
+    support.encode_value = lambda value, key, first_part, budget_bytes: ([], lambda digests: text)
+    return None
+'''
+
+# The program replaces the encoder with one that breaks its contract with the executor:
+# gives no (parts, text function) pair, parts without bytes, or text that is not bytes.
+BROKEN_ENCODER = r'''
+import sys
+
+BROKEN = {
+    "no_pair": lambda value, key, first_part, budget_bytes: None,
+    "parts_not_a_list": lambda value, key, first_part, budget_bytes: ("parts", lambda d: b"{}"),
+    "part_without_bytes": lambda value, key, first_part, budget_bytes: ([object()], lambda d: b"{}"),
+    "text_not_bytes": lambda value, key, first_part, budget_bytes: ([], lambda d: "{}"),
+    "text_raises": lambda value, key, first_part, budget_bytes: ([b"x" * 4096], lambda d: 1 / 0),
+}
+
+def patch(how):
+    sys.modules["_kcoral_executor"].encode_value = BROKEN[how]
     return None
 '''
 
@@ -106,6 +124,18 @@ def test_a_string_of_16_mb_passes_whole(front):
     with victim_beside(front):
         result = front.execute(patched("string_of_16_mb"), read_timeout_s=120)
     assert result.raise_for_error()["out"] == "x" * (16 << 20)
+
+
+@pytest.mark.parametrize(
+    "how", ["no_pair", "parts_not_a_list", "part_without_bytes", "text_not_bytes", "text_raises"]
+)
+def test_an_encoder_that_breaks_its_contract_fails_the_return_as_serialization(front, how):
+    with victim_beside(front):
+        result = front.execute(call(BROKEN_ENCODER, "patch", how))
+    assert result.status == "FAILED"
+    assert result.error["kind"] == "serialization"
+    assert result.error["instruction_op"] == "return"
+    assert_serves(front)
 
 
 @pytest.mark.parametrize("shape", ["breaks_out", "unterminated"])

@@ -1,0 +1,21 @@
+// Memory files as the blobs use them: made sealable, and sealed for good once written.
+#pragma once
+
+#include <fcntl.h>
+
+#include "kcoral/error.hpp"
+#include "kcoral/unique_fd.hpp"
+
+namespace kcoral {
+
+// Seals that keep a memfd's bytes as they are: no write, no growth, no shrinking.
+inline constexpr int kBlobSeals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE;
+
+// A new close-on-exec memfd that can be sealed; `busy` when out of descriptors or memory
+// (a condition of the moment, worth a retry).
+[[nodiscard]] Result<UniqueFd> new_memfd(const char* name);
+
+// Adds kBlobSeals and F_SEAL_SEAL. Fails while any writable shared mapping of it exists.
+[[nodiscard]] Status seal_memfd(int fd);
+
+}  // namespace kcoral

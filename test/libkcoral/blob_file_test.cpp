@@ -1,0 +1,135 @@
+// BlobFile (libkcoral/src/blob_file.cpp): bytes written into a memfd that grows in place,
+// then kept as Blobs: slices of the same file, sealed, with every byte outside them zeroed.
+#include <doctest/doctest.h>
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <string>
+#include <vector>
+
+#include "kcoral/blob_file.hpp"
+
+namespace {
+
+using Range = kcoral::BlobFile::Range;
+
+// The whole memfd behind a kept blob, as another process that maps it would read it.
+std::string whole_file(const kcoral::Blob& blob) {
+  auto again = kcoral::Blob::from_untrusted_fd(kcoral::UniqueFd(::dup(blob.fd())), std::uint64_t{1} << 30);
+  REQUIRE_MESSAGE(again.has_value(), again.error().message);
+  return std::string(again->view());
+}
+
+}  // namespace
+
+TEST_SUITE("blob_file") {
+
+TEST_CASE("bytes appended in many steps come back whole, growing by doubling") {
+  kcoral::BlobFile bytes;
+  CHECK(bytes.view().empty());
+  std::string expected;
+  for (int i = 0; i < 20000; ++i) {
+    std::string step = std::to_string(i) + std::string(static_cast<std::size_t>(i % 97), 'a' + i % 26);
+    REQUIRE(bytes.append(step));
+    expected += step;
+  }
+  CHECK(bytes.view() == expected);
+  CHECK(bytes.capacity() >= bytes.size());
+  CHECK(bytes.capacity() < 4 * bytes.size());
+  kcoral::BlobFile moved = std::move(bytes);
+  CHECK(moved.view() == expected);
+  CHECK(bytes.size() == 0);  // NOLINT: moved-from is empty, by contract
+  moved = std::string_view("replaced");
+  CHECK(moved.view() == "replaced");
+}
+
+TEST_CASE("a reservation is exact to the page, and an impossible one fails without harm") {
+  kcoral::BlobFile bytes;
+  REQUIRE(bytes.reserve(10000));
+  CHECK(bytes.capacity() == 12288);
+  REQUIRE(bytes.append("kept"));
+  CHECK_FALSE(bytes.reserve(std::size_t{1} << 62));
+  CHECK(bytes.view() == "kept");
+  REQUIRE(bytes.append(std::string(20000, 'x')));  // it still grows afterwards
+  CHECK(bytes.view().substr(0, 5) == "keptx");
+}
+
+TEST_CASE("keep: each range becomes a blob, slices of one sealed file, and everything else is zeros") {
+  // A body as a request brings it: framing and program text around two blobs, one of them
+  // large enough to span pages.
+  const std::string first = "FIRST BLOB", second(3 * 4096 + 17, 'S');
+  const std::string head = "--boundary\r\nprogram text with a secret\r\n--boundary\r\n";
+  const std::string middle = "\r\n--boundary\r\nmore framing\r\n\r\n";
+  const std::string tail = "\r\n--boundary--\r\ntrailing";
+  kcoral::BlobFile body;
+  REQUIRE(body.append(head + first + middle + second + tail));
+  std::vector<Range> ranges{{head.size(), first.size()}, {head.size() + first.size() + middle.size(), second.size()}};
+
+  auto blobs = body.keep(ranges);
+  REQUIRE_MESSAGE(blobs.has_value(), blobs.error().message);
+  CHECK(body.size() == 0);  // the body is given up
+  CHECK(body.view().empty());
+  REQUIRE(blobs->size() == 2);
+  CHECK((*blobs)[0].view() == first);
+  CHECK((*blobs)[1].view() == second);
+  CHECK((*blobs)[0].fd() == (*blobs)[1].fd());
+  CHECK((*blobs)[0].file_parts() == 2);
+  CHECK((*blobs)[0].offset() == head.size());
+
+  // What a worker given the descriptor can read: the blobs, zeros around them, nothing
+  // after the last one.
+  std::string file = whole_file((*blobs)[0]);
+  CHECK(file.size() == ranges[1].offset + second.size());
+  CHECK(file == std::string(head.size(), '\0') + first + std::string(middle.size(), '\0') + second);
+  CHECK(file.find("secret") == std::string::npos);
+
+  // Sealed: no write, no growth, no writable mapping.
+  CHECK(::write((*blobs)[0].fd(), "x", 1) == -1);
+  CHECK(::ftruncate((*blobs)[0].fd(), 1 << 20) == -1);
+  CHECK(::mmap(nullptr, 4096, PROT_WRITE, MAP_SHARED, (*blobs)[0].fd(), 0) == MAP_FAILED);
+}
+
+TEST_CASE("keep: empty ranges and a blob at the very start are kept as they are") {
+  kcoral::BlobFile body;
+  REQUIRE(body.append("abcdef"));
+  auto blobs = body.keep(std::vector<Range>{{0, 3}, {3, 0}, {3, 3}});
+  REQUIRE(blobs.has_value());
+  REQUIRE(blobs->size() == 3);
+  CHECK((*blobs)[0].view() == "abc");
+  CHECK((*blobs)[1].view().empty());
+  CHECK((*blobs)[2].view() == "def");
+  CHECK(whole_file((*blobs)[0]) == "abcdef");
+}
+
+TEST_CASE("keep: no ranges gives no blobs; ranges out of order or outside the bytes are refused") {
+  kcoral::BlobFile none;
+  REQUIRE(none.append("nothing kept"));
+  auto kept = none.keep({});
+  REQUIRE(kept.has_value());
+  CHECK(kept->empty());
+  CHECK(none.size() == 0);
+
+  for (std::vector<Range> bad : {std::vector<Range>{{4, 2}, {0, 2}}, std::vector<Range>{{0, 4}, {2, 2}},
+                                 std::vector<Range>{{10, 3}}, std::vector<Range>{{2, ~std::size_t{0}}}}) {
+    kcoral::BlobFile body;
+    REQUIRE(body.append("0123456789ab"));
+    auto refused = body.keep(bad);
+    REQUIRE_FALSE(refused.has_value());
+    CHECK(refused.error().kind == kcoral::ErrorKind::engine);
+    CHECK(body.size() == 0);
+  }
+}
+
+TEST_CASE("keep of a body never written (no file made yet) gives empty blobs for empty ranges") {
+  kcoral::BlobFile body;
+  auto blobs = body.keep(std::vector<Range>{{0, 0}, {0, 0}});
+  REQUIRE_MESSAGE(blobs.has_value(), blobs.error().message);
+  REQUIRE(blobs->size() == 2);
+  CHECK((*blobs)[0].view().empty());
+  CHECK((*blobs)[1].view().empty());
+}
+
+}  // TEST_SUITE
