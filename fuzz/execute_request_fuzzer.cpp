@@ -5,10 +5,14 @@
 // Input: a Content-Type value, a newline, then the body (request_input.hpp). Beyond what
 // the sanitizers catch, it checks what an accepted request promises: the program is the
 // `program` part's text, and every blob carried is one the program references, holding
-// bytes whose SHA-256 is its name.
+// bytes whose SHA-256 is its name; the blobs share one memfd (the body's), in which every
+// byte outside them is zero, so a worker given it reads the blobs and nothing else.
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "invariant.hpp"
 #include "kcoral/codec.hpp"
@@ -32,5 +36,16 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     KCORAL_INVARIANT(std::find(referenced.begin(), referenced.end(), digest) != referenced.end());
     KCORAL_INVARIANT(kcoral::sha256_hex(blob.view()) == digest);
   }
+  if (request->blobs.empty()) return 0;
+  const kcoral::Blob& any = request->blobs.begin()->second;
+  std::vector<bool> kept(any.file_size(), false);
+  for (const auto& [digest, blob] : request->blobs) {
+    KCORAL_INVARIANT(blob.fd() == any.fd() || blob.size() == 0);
+    for (std::size_t i = 0; i < blob.size(); ++i) kept[blob.offset() + i] = true;
+  }
+  auto whole = kcoral::Blob::from_fd(kcoral::UniqueFd(::dup(any.fd())));
+  KCORAL_INVARIANT(whole.has_value() && whole->size() == any.file_size());
+  std::string_view bytes = whole->view();
+  for (std::size_t i = 0; i < bytes.size(); ++i) KCORAL_INVARIANT(kept[i] || bytes[i] == '\0');
   return 0;
 }

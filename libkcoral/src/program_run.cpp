@@ -373,15 +373,17 @@ void ProgramRun::execute(const ReturnValue& ret) {
         static_cast<Py_ssize_t>(ret.key.size()), static_cast<Py_ssize_t>(parts_.count()),
         static_cast<unsigned long long>(options_.max_binary_bytes - parts_.bytes())));
     if (!PyTuple_Check(encoded.get()) || PyTuple_GET_SIZE(encoded.get()) != 2 ||
-        !PyList_Check(PyTuple_GET_ITEM(encoded.get(), 0)) || !PyCallable_Check(PyTuple_GET_ITEM(encoded.get(), 1)))
+        !PyCallable_Check(PyTuple_GET_ITEM(encoded.get(), 1)))
       throw malformed("no (parts, text function) pair");
-    PyObject* binaries = PyTuple_GET_ITEM(encoded.get(), 0);
-    Py_ssize_t count = PyList_GET_SIZE(binaries);
+    // A tuple of the parts: what the program's threads do to the encoder's list meanwhile
+    // changes nothing here.
+    PyRef binaries = KCORAL_PY_CHECK(PySequence_Tuple(PyTuple_GET_ITEM(encoded.get(), 0)));
+    Py_ssize_t count = PyTuple_GET_SIZE(binaries.get());
     std::vector<cpython::BufferView> views(static_cast<std::size_t>(count));
     std::vector<std::span<const std::byte>> pieces;
     for (Py_ssize_t i = 0; i < count; ++i) {
       cpython::BufferView& view = views[static_cast<std::size_t>(i)];
-      KCORAL_PY_CHECK(view.acquire(PyList_GET_ITEM(binaries, i), PyBUF_C_CONTIGUOUS));
+      KCORAL_PY_CHECK(view.acquire(PyTuple_GET_ITEM(binaries.get(), i), PyBUF_C_CONTIGUOUS));
       pieces.push_back(view.bytes());
     }
     PyRef digests = KCORAL_PY_CHECK(PyList_New(count));
