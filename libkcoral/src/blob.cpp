@@ -138,10 +138,8 @@ Status BlobBuilder::append(std::span<const std::byte> data) {
 }
 
 Result<std::vector<std::string>> BlobBuilder::append_hashed(std::span<const std::span<const std::byte>> pieces) {
-  std::vector<std::string> digests(pieces.size());
-  auto hash_all = [&] {
-    for (std::size_t i = 0; i < pieces.size(); ++i) digests[i] = sha256_hex(pieces[i]);
-  };
+  std::vector<std::string> digests;
+  auto hash_all = [&] { digests = sha256_hex_each(pieces); };
   std::size_t total = 0;
   for (auto piece : pieces) total += piece.size();
   std::jthread hasher;

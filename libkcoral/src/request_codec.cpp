@@ -1,4 +1,5 @@
 // Requests: multipart parts to a validated Program and its verified blobs.
+#include <span>
 #include <string>
 #include <unordered_set>
 #include <vector>
@@ -46,10 +47,13 @@ Result<ExecuteRequest> parse_execute_request(std::string_view content_type, Blob
   for (auto& [digest, part] : blob_parts)
     if (!referenced.contains(digest))
       return fail(ErrorKind::parse, "blob " + digest + " is not referenced by any instruction");
-  for (const auto& [digest, part] : blob_parts)
-    if (std::string actual = sha256_hex(part->data); actual != digest)
-      return fail(ErrorKind::parse,
-                  "blob part " + digest + " does not match its content (SHA-256 " + actual + ")");
+  std::vector<std::span<const std::byte>> pieces;
+  for (const auto& [digest, part] : blob_parts) pieces.push_back(std::as_bytes(std::span(part->data)));
+  std::vector<std::string> actual = sha256_hex_each(pieces);
+  for (std::size_t i = 0; i < blob_parts.size(); ++i)
+    if (actual[i] != blob_parts[i].first)
+      return fail(ErrorKind::parse, "blob part " + blob_parts[i].first + " does not match its content (SHA-256 " +
+                                        actual[i] + ")");
   // The blobs stay where they arrived, in the body's memfd: one descriptor however many
   // there are, and no copy of their bytes. Parts come in the order of the body.
   std::vector<BlobFile::Range> ranges;

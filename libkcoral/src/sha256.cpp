@@ -3,7 +3,11 @@
 
 #include <openssl/evp.h>
 
+#include <algorithm>
 #include <array>
+#include <atomic>
+#include <system_error>
+#include <thread>
 
 namespace kcoral {
 
@@ -23,6 +27,34 @@ std::string sha256_hex(std::span<const std::byte> data) {
 
 std::string sha256_hex(std::string_view data) {
   return sha256_hex(std::as_bytes(std::span(data.data(), data.size())));
+}
+
+std::vector<std::string> sha256_hex_each(std::span<const std::span<const std::byte>> pieces) {
+  std::vector<std::string> digests(pieces.size());
+  std::vector<std::size_t> large;
+  for (std::size_t i = 0; i < pieces.size(); ++i) {
+    if (pieces[i].size() >= kHashOnThreadsFrom)
+      large.push_back(i);
+    else
+      digests[i] = sha256_hex(pieces[i]);
+  }
+  // Each hashing thread, the caller's too, takes the next large piece until none is left.
+  std::atomic<std::size_t> next{0};
+  auto hash_large = [&] {
+    for (std::size_t k = next++; k < large.size(); k = next++) digests[large[k]] = sha256_hex(pieces[large[k]]);
+  };
+  std::vector<std::jthread> helpers;
+  std::size_t cores = std::max(1u, std::thread::hardware_concurrency());
+  for (std::size_t t = 1; t < std::min(large.size(), cores); ++t) {
+    try {
+      helpers.emplace_back(hash_large);
+    } catch (const std::system_error&) {  // no more threads: those started and the caller do it
+      break;
+    }
+  }
+  hash_large();
+  helpers.clear();  // joined
+  return digests;
 }
 
 bool is_sha256_hex(std::string_view text) {

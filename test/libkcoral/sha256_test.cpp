@@ -2,6 +2,10 @@
 // byte-span and string overloads agreeing, and the digest-form check used on the wire.
 #include <doctest/doctest.h>
 
+#include <span>
+#include <string>
+#include <vector>
+
 #include "kcoral/sha256.hpp"
 
 TEST_SUITE("sha256") {
@@ -20,6 +24,20 @@ TEST_CASE("the byte and string overloads agree, NUL bytes included") {
   auto bytes = std::as_bytes(std::span(text.data(), text.size()));
   CHECK(kcoral::sha256_hex(bytes) == kcoral::sha256_hex(text));
   CHECK(kcoral::sha256_hex(text) != kcoral::sha256_hex(std::string_view("a")));
+}
+
+TEST_CASE("sha256_hex_each gives each piece's digest in order, large pieces hashed on threads") {
+  // Large pieces go to threads (as many as the cores), small ones stay with the caller;
+  // their order in the answer is the pieces' order either way.
+  std::vector<std::string> texts;
+  for (std::size_t i = 0; i < 7; ++i)
+    texts.push_back(std::string(i % 2 == 0 ? kcoral::kHashOnThreadsFrom + i : i * 100, static_cast<char>('a' + i)));
+  std::vector<std::span<const std::byte>> pieces;
+  for (const std::string& text : texts) pieces.push_back(std::as_bytes(std::span(text)));
+  std::vector<std::string> digests = kcoral::sha256_hex_each(pieces);
+  REQUIRE(digests.size() == texts.size());
+  for (std::size_t i = 0; i < texts.size(); ++i) CHECK(digests[i] == kcoral::sha256_hex(texts[i]));
+  CHECK(kcoral::sha256_hex_each({}).empty());
 }
 
 TEST_CASE("digests are 64 lowercase hex digits") {

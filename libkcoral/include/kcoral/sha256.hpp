@@ -5,12 +5,19 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace kcoral {
 
 // Computed by OpenSSL.
 [[nodiscard]] std::string sha256_hex(std::span<const std::byte> data);
 [[nodiscard]] std::string sha256_hex(std::string_view data);
+// The digests of `pieces`, in order. Pieces of at least kHashOnThreadsFrom bytes are hashed
+// on threads beside the caller's, as many at once as the machine has cores, so several
+// large blobs take about the time of the largest rather than of all of them; with no
+// thread to be had, the caller hashes them all.
+[[nodiscard]] std::vector<std::string> sha256_hex_each(std::span<const std::span<const std::byte>> pieces);
+inline constexpr std::size_t kHashOnThreadsFrom = std::size_t{1} << 20;
 // Whether `text` has the form of a digest (64 lowercase hex digits).
 [[nodiscard]] bool is_sha256_hex(std::string_view text);
 
