@@ -43,20 +43,6 @@ Status write_all(int fd, std::span<const std::byte> data, std::size_t offset) {
 
 }  // namespace
 
-Result<UniqueFd> new_memfd(const char* name) {
-  UniqueFd fd(::memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING));
-  if (!fd && (errno == EMFILE || errno == ENFILE || errno == ENOMEM))
-    return fail(ErrorKind::busy, std::string("no memory file for the blobs (") + std::strerror(errno) +
-                                     "); retry later");
-  if (!fd) return system_error("memfd_create");
-  return fd;
-}
-
-Status seal_memfd(int fd) {
-  if (::fcntl(fd, F_ADD_SEALS, kBlobSeals | F_SEAL_SEAL) != 0) return system_error("sealing a blob");
-  return {};
-}
-
 Result<Blob> Blob::copy_of(std::span<const std::byte> data) {
   auto fd = new_memfd("kcoral-blob");
   if (!fd) return std::unexpected(fd.error());

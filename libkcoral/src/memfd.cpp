@@ -1,0 +1,26 @@
+// Memory files as the blobs use them.
+#include "memfd.hpp"
+
+#include <sys/mman.h>
+
+#include <cerrno>
+#include <cstring>
+#include <string>
+
+namespace kcoral {
+
+Result<UniqueFd> new_memfd(const char* name) {
+  UniqueFd fd(::memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  if (!fd && (errno == EMFILE || errno == ENFILE || errno == ENOMEM))
+    return fail(ErrorKind::busy, std::string("no memory file for the blobs (") + std::strerror(errno) +
+                                     "); retry later");
+  if (!fd) return system_error("memfd_create");
+  return fd;
+}
+
+Status seal_memfd(int fd) {
+  if (::fcntl(fd, F_ADD_SEALS, kBlobSeals | F_SEAL_SEAL) != 0) return system_error("sealing a blob");
+  return {};
+}
+
+}  // namespace kcoral
