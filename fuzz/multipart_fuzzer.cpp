@@ -4,7 +4,9 @@
 // Input: a Content-Type value, a newline, then the body (request_input.hpp). Beyond what
 // the sanitizers catch, it checks that accepted parts are views into the body, in order and
 // apart; that tighter limits never accept what the defaults refuse, and agree when both
-// accept; and that encode_multipart writes the parts so that they parse back the same.
+// accept; that encode_multipart writes the parts so that they parse back the same; and
+// that MultipartDigests, fed the body in pieces as a connection brings it, gives each
+// accepted part's SHA-256 for exactly its range.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -12,6 +14,8 @@
 
 #include "invariant.hpp"
 #include "kcoral/multipart.hpp"
+#include "kcoral/multipart_digests.hpp"
+#include "kcoral/sha256.hpp"
 #include "request_input.hpp"
 
 namespace {
@@ -48,6 +52,21 @@ void check_round_trip(const std::vector<kcoral::MultipartPart>& parts) {
   KCORAL_INVARIANT(same_parts(parts, *again));
 }
 
+void check_digests(std::string_view content_type, std::string_view body,
+                   const std::vector<kcoral::MultipartPart>& parts) {
+  const std::size_t step = 1 + body.size() % 251;  // pieces of one size per input, from 1 byte
+  kcoral::MultipartDigests digests(content_type);
+  for (std::size_t size = 0; size < body.size();) {
+    size = std::min(body.size(), size + step);
+    digests.advance(body.substr(0, size));
+  }
+  for (const kcoral::MultipartPart& part : parts) {
+    const std::string* digest =
+        digests.digest_of(static_cast<std::size_t>(part.data.data() - body.data()), part.data.size());
+    KCORAL_INVARIANT(digest != nullptr && *digest == kcoral::sha256_hex(part.data));
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -67,5 +86,6 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   KCORAL_INVARIANT(!parts->empty() && parts->size() <= defaults.max_parts);
   check_views(body, *parts);
   check_round_trip(*parts);
+  check_digests(content_type, body, *parts);
   return 0;
 }

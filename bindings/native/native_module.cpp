@@ -32,11 +32,11 @@ kcoral::EncodedResponse execute_request(std::string_view content_type, std::stri
   std::string request_id = kcoral::new_request_id();
   const kcoral::ExecuteSettings settings;
   kcoral::BlobStore no_cache(0);
-  kcoral::BlobFile file;  // the server receives a body into one; here it is copied there
-  if (!file.append(body))
+  kcoral::ReceivedBody received;  // a server receives a body into one; here it is copied there
+  if (!received.bytes.append(body))
     return kcoral::encode_error(request_id, {kcoral::ErrorKind::busy, "no memory for the request's " +
                                                                           std::to_string(body.size()) + " bytes"});
-  auto admitted = kcoral::admit_execute(request_id, content_type, file, no_cache, "local", settings);
+  auto admitted = kcoral::admit_execute(request_id, content_type, received, no_cache, "local", settings);
   if (auto* answer = std::get_if<kcoral::ExecuteAnswer>(&admitted)) return answer->response;
   auto& request = std::get<kcoral::AdmittedRequest>(admitted);
 

@@ -201,7 +201,7 @@ Error HttpSession::inflight_full() {
 bool HttpSession::reserve_body() {
   if (parser_->is_done()) return true;
   if (auto length = parser_->content_length()) return held_.grow_to(*length);
-  std::uint64_t size = parser_->get().body().size();
+  std::uint64_t size = parser_->get().body().bytes.size();
   if (held_.held() >= size + kChunkedHeadroom) return true;
   return held_.grow_to(std::min<std::uint64_t>(size + 2 * kChunkedHeadroom,
                                                state_.config.max_request_bytes + kChunkedHeadroom));

@@ -7,7 +7,7 @@ namespace kcoral {
 
 void RequestBody::reader::init(const boost::optional<std::uint64_t>& content_length, boost::beast::error_code& ec) {
   ec = {};
-  if (content_length && !body_.reserve(static_cast<std::size_t>(*content_length)))
+  if (content_length && !body_.bytes.reserve(static_cast<std::size_t>(*content_length)))
     ec = boost::beast::error_code(ENOMEM, boost::beast::generic_category());
 }
 

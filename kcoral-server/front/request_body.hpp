@@ -1,15 +1,16 @@
 // RequestBody: the Beast body type of a request, its bytes received straight into a memory
-// file (kcoral::BlobFile).
+// file (kcoral::ReceivedBody: a BlobFile, and the digests of its multipart parts).
 //
 // A body of declared length is mapped once at that length; a chunked body, which does not
 // say its length, grows as it arrives, in place, never by copying (a std::string would
-// hold the old and the new buffer at once near the request limit). The blobs of an
-// /execute body stay in that file as the worker's input (parse_execute_request), so the
-// upload is not copied again. Reading a request (the router, the multipart parser) sees one
-// contiguous std::string_view.
+// hold the old and the new buffer at once near the request limit). Each multipart part is
+// hashed as it arrives, after each read, so that an upload's digest is ready with its last
+// byte. The blobs of an /execute body stay in that file as the worker's input
+// (parse_execute_request), so the upload is neither hashed nor copied again. Reading a
+// request (the router, the multipart parser) sees one contiguous std::string_view.
 //
 //   boost::beast::http::request_parser<kcoral::RequestBody> parser;
-//   std::string_view bytes = parser.get().body();
+//   std::string_view bytes = parser.get().body().bytes.view();
 #pragma once
 
 #include <boost/asio/buffer.hpp>
@@ -20,20 +21,23 @@
 #include <string_view>
 #include <utility>
 
-#include "kcoral/blob_file.hpp"
+#include "kcoral/codec.hpp"
 
 namespace kcoral {
 
 struct RequestBody {
-  using value_type = BlobFile;
+  using value_type = ReceivedBody;
 
-  static std::uint64_t size(const value_type& body) { return body.size(); }
+  static std::uint64_t size(const value_type& body) { return body.bytes.size(); }
 
   // Parsing: a declared length is mapped at once; chunks are appended as they come.
   class reader {
    public:
     template <bool isRequest, class Fields>
-    reader(boost::beast::http::header<isRequest, Fields>&, value_type& body) : body_(body) {}
+    reader(boost::beast::http::header<isRequest, Fields>& header, value_type& body) : body_(body) {
+      auto content_type = header[boost::beast::http::field::content_type];
+      body_.digests = MultipartDigests({content_type.data(), content_type.size()});
+    }
 
     void init(const boost::optional<std::uint64_t>& content_length, boost::beast::error_code& ec);
     template <class ConstBufferSequence>
@@ -42,12 +46,13 @@ struct RequestBody {
       for (auto it = boost::asio::buffer_sequence_begin(buffers); it != boost::asio::buffer_sequence_end(buffers);
            ++it) {
         boost::asio::const_buffer buffer = *it;
-        if (!body_.append({static_cast<const char*>(buffer.data()), buffer.size()})) {
+        if (!body_.bytes.append({static_cast<const char*>(buffer.data()), buffer.size()})) {
           ec = boost::beast::error_code(ENOMEM, boost::beast::generic_category());
           return put;
         }
         put += buffer.size();
       }
+      body_.digests.advance(body_.bytes.view());
       ec = {};
       return put;
     }
@@ -68,7 +73,7 @@ struct RequestBody {
     void init(boost::beast::error_code& ec) { ec = {}; }
     boost::optional<std::pair<const_buffers_type, bool>> get(boost::beast::error_code& ec) {
       ec = {};
-      return std::pair{const_buffers_type(body_.data(), body_.size()), false};
+      return std::pair{const_buffers_type(body_.bytes.data(), body_.bytes.size()), false};
     }
 
    private:

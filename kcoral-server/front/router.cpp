@@ -104,7 +104,7 @@ HttpResponse health(const HttpRequest& request, ServerState& state, const std::s
 RouteResult execute(HttpRequest& request, ServerState& state, std::string request_id, std::string_view client,
                     const BlobStore::CopyBudget& copies) {
   Clock::time_point received = Clock::now();
-  const std::size_t request_bytes = request.body().size();  // admission keeps the blobs, empties the body
+  const std::size_t request_bytes = request.body().bytes.size();  // admission keeps the blobs, empties the body
   // The session let the request through on its token, so it has a tenant; should it not,
   // nothing runs (and no blob is stored) without one.
   std::optional<std::size_t> tenant = tenant_of(request, state);

@@ -20,7 +20,7 @@ std::optional<Error> check_gpu_count(const ProgramOptions& options, const Execut
 }  // namespace
 
 std::variant<AdmittedRequest, ExecuteAnswer> admit_execute(std::string_view request_id, std::string_view content_type,
-                                                           BlobFile& body, BlobStore& store,
+                                                           ReceivedBody& body, BlobStore& store,
                                                            std::string_view tenant, const ExecuteSettings& settings,
                                                            const BlobStore::CopyBudget& copies) {
   auto error = [&](const Error& failure) {

@@ -125,9 +125,7 @@ std::string media_type(std::string_view content_type) {
   return lowercase(trim(content_type.substr(0, content_type.find(';'))));
 }
 
-Result<std::vector<MultipartPart>> parse_multipart(std::string_view content_type,
-                                                   std::string_view body,
-                                                   const MultipartLimits& limits) {
+Result<std::string> multipart_boundary(std::string_view content_type) {
   std::string type;
   auto parameters = parse_parameters(content_type, type);
   if (!parameters || type != "multipart/form-data")
@@ -139,7 +137,15 @@ Result<std::vector<MultipartPart>> parse_multipart(std::string_view content_type
   if (boundary.empty() || boundary.size() > 200 ||
       boundary.find_first_of("\r\n") != std::string::npos)
     return fail(ErrorKind::parse, "the multipart Content-Type has no valid boundary");
-  const std::string delimiter = "--" + boundary;
+  return boundary;
+}
+
+Result<std::vector<MultipartPart>> parse_multipart(std::string_view content_type,
+                                                   std::string_view body,
+                                                   const MultipartLimits& limits) {
+  auto boundary = multipart_boundary(content_type);
+  if (!boundary) return std::unexpected(boundary.error());
+  const std::string delimiter = "--" + *boundary;
   const std::string separator = "\r\n" + delimiter;
 
   if (!body.starts_with(delimiter))

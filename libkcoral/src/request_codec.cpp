@@ -9,8 +9,9 @@
 
 namespace kcoral {
 
-Result<ExecuteRequest> parse_execute_request(std::string_view content_type, BlobFile& body,
+Result<ExecuteRequest> parse_execute_request(std::string_view content_type, ReceivedBody& received,
                                              const RequestLimits& limits) {
+  BlobFile& body = received.bytes;
   auto parts = parse_multipart(content_type, body.view(), limits.multipart);
   if (!parts) return std::unexpected(parts.error());
 
@@ -47,18 +48,31 @@ Result<ExecuteRequest> parse_execute_request(std::string_view content_type, Blob
   for (auto& [digest, part] : blob_parts)
     if (!referenced.contains(digest))
       return fail(ErrorKind::parse, "blob " + digest + " is not referenced by any instruction");
+  // Where each blob lies in the body; parts come in the body's order.
+  std::vector<BlobFile::Range> ranges;
+  for (const auto& [digest, part] : blob_parts)
+    ranges.push_back({static_cast<std::size_t>(part->data.data() - body.data()), part->data.size()});
+  // Digests computed as the body arrived stand for exactly their range; the rest are
+  // computed now.
+  std::vector<std::string> actual(blob_parts.size());
+  std::vector<std::size_t> unhashed;
   std::vector<std::span<const std::byte>> pieces;
-  for (const auto& [digest, part] : blob_parts) pieces.push_back(std::as_bytes(std::span(part->data)));
-  std::vector<std::string> actual = sha256_hex_each(pieces);
+  for (std::size_t i = 0; i < blob_parts.size(); ++i) {
+    if (const std::string* known = received.digests.digest_of(ranges[i].offset, ranges[i].size)) {
+      actual[i] = *known;
+    } else {
+      unhashed.push_back(i);
+      pieces.push_back(std::as_bytes(std::span(blob_parts[i].second->data)));
+    }
+  }
+  std::vector<std::string> computed = sha256_hex_each(pieces);
+  for (std::size_t k = 0; k < unhashed.size(); ++k) actual[unhashed[k]] = std::move(computed[k]);
   for (std::size_t i = 0; i < blob_parts.size(); ++i)
     if (actual[i] != blob_parts[i].first)
       return fail(ErrorKind::parse, "blob part " + blob_parts[i].first + " does not match its content (SHA-256 " +
                                         actual[i] + ")");
   // The blobs stay where they arrived, in the body's memfd: one descriptor however many
-  // there are, and no copy of their bytes. Parts come in the order of the body.
-  std::vector<BlobFile::Range> ranges;
-  for (const auto& [digest, part] : blob_parts)
-    ranges.push_back({static_cast<std::size_t>(part->data.data() - body.data()), part->data.size()});
+  // there are, and no copy of their bytes.
   std::string program_json(program_part->data);
   auto blobs = body.keep(ranges);
   if (!blobs) return std::unexpected(blobs.error());
@@ -70,10 +84,10 @@ Result<ExecuteRequest> parse_execute_request(std::string_view content_type, Blob
 
 Result<ExecuteRequest> parse_execute_request(std::string_view content_type, std::string_view body,
                                              const RequestLimits& limits) {
-  BlobFile file;
-  if (!file.append(body)) return fail(ErrorKind::busy, "no memory for the request's " + std::to_string(body.size()) +
-                                                           " bytes; retry later");
-  return parse_execute_request(content_type, file, limits);
+  ReceivedBody received;
+  if (!received.bytes.append(body))
+    return fail(ErrorKind::busy, "no memory for the request's " + std::to_string(body.size()) + " bytes; retry later");
+  return parse_execute_request(content_type, received, limits);
 }
 
 }  // namespace kcoral

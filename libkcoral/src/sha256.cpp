@@ -7,15 +7,13 @@
 #include <array>
 #include <atomic>
 #include <system_error>
+#include <new>
 #include <thread>
 
 namespace kcoral {
+namespace {
 
-std::string sha256_hex(std::span<const std::byte> data) {
-  std::array<unsigned char, EVP_MAX_MD_SIZE> digest{};
-  unsigned int length = 0;
-  // EVP_Digest is a one-shot that cannot fail for SHA-256 short of memory exhaustion.
-  EVP_Digest(data.data(), data.size(), digest.data(), &length, EVP_sha256(), nullptr);
+std::string hex(const unsigned char* digest, unsigned int length) {
   static constexpr char kHex[] = "0123456789abcdef";
   std::string out(2 * length, '0');
   for (unsigned int i = 0; i < length; ++i) {
@@ -23,6 +21,32 @@ std::string sha256_hex(std::span<const std::byte> data) {
     out[2 * i + 1] = kHex[digest[i] & 0xf];
   }
   return out;
+}
+
+}  // namespace
+
+std::string sha256_hex(std::span<const std::byte> data) {
+  std::array<unsigned char, EVP_MAX_MD_SIZE> digest{};
+  unsigned int length = 0;
+  // EVP_Digest is a one-shot that cannot fail for SHA-256 short of memory exhaustion.
+  EVP_Digest(data.data(), data.size(), digest.data(), &length, EVP_sha256(), nullptr);
+  return hex(digest.data(), length);
+}
+
+void Sha256::Free::operator()(EVP_MD_CTX* context) const { EVP_MD_CTX_free(context); }
+
+Sha256::Sha256() : context_(EVP_MD_CTX_new()) {
+  if (!context_ || EVP_DigestInit_ex(context_.get(), EVP_sha256(), nullptr) != 1) throw std::bad_alloc();
+}
+
+void Sha256::update(std::string_view data) { EVP_DigestUpdate(context_.get(), data.data(), data.size()); }
+
+std::string Sha256::hex_digest() {
+  std::array<unsigned char, EVP_MAX_MD_SIZE> digest{};
+  unsigned int length = 0;
+  EVP_DigestFinal_ex(context_.get(), digest.data(), &length);
+  EVP_DigestInit_ex(context_.get(), EVP_sha256(), nullptr);
+  return hex(digest.data(), length);
 }
 
 std::string sha256_hex(std::string_view data) {

@@ -20,6 +20,7 @@
 #include "kcoral/blob_file.hpp"
 #include "kcoral/blob_store.hpp"
 #include "kcoral/multipart.hpp"
+#include "kcoral/multipart_digests.hpp"
 #include "kcoral/program.hpp"
 #include "kcoral/program_result.hpp"
 
@@ -36,11 +37,19 @@ struct ExecuteRequest {
   BlobMap blobs;  // the blobs the request carried, verified; possibly fewer than referenced
 };
 
-// `body` as it was received; its blobs are kept as slices of it, the rest of it zeroed,
-// and it is empty afterwards (BlobFile::keep).
-[[nodiscard]] Result<ExecuteRequest> parse_execute_request(std::string_view content_type, BlobFile& body,
+// A request body as a server receives it: its bytes in a memfd, and the digests of its
+// parts computed as they came (so that an upload is hashed while it arrives, not after).
+struct ReceivedBody {
+  BlobFile bytes;
+  MultipartDigests digests;
+};
+
+// `body` as it was received: a blob whose digest came with it is not hashed again; the
+// blobs are kept as slices of its memfd, the rest of it zeroed, and `body.bytes` is empty
+// afterwards (BlobFile::keep).
+[[nodiscard]] Result<ExecuteRequest> parse_execute_request(std::string_view content_type, ReceivedBody& body,
                                                            const RequestLimits& limits);
-// The same for a body in memory: it is copied into a BlobFile first.
+// The same for a body in memory: it is copied into a BlobFile first, and hashed there.
 [[nodiscard]] Result<ExecuteRequest> parse_execute_request(std::string_view content_type,
                                                            std::string_view body,
                                                            const RequestLimits& limits);

@@ -19,7 +19,6 @@
 #include <string_view>
 #include <variant>
 
-#include "kcoral/blob_file.hpp"
 #include "kcoral/blob_store.hpp"
 #include "kcoral/codec.hpp"
 #include "kcoral/program.hpp"
@@ -61,13 +60,13 @@ struct ExecuteAnswer {
 };
 
 // Parses and validates the request (`body` as parse_execute_request takes it: its blobs
-// are kept where they are, and it is empty afterwards), then resolves its blobs through `store` among those of
+// are kept where they are, and its bytes are empty afterwards), then resolves its blobs through `store` among those of
 // `tenant` (the store keeps the supplied ones as that tenant's): the program to run, or the
 // answer (400 for a bad request, CACHE_MISS naming the blobs to send, 503 when out of
 // memory files or when `copies` refuses the bytes the store must make for this program:
 // see BlobStore::resolve).
 [[nodiscard]] std::variant<AdmittedRequest, ExecuteAnswer> admit_execute(
-    std::string_view request_id, std::string_view content_type, BlobFile& body, BlobStore& store,
+    std::string_view request_id, std::string_view content_type, ReceivedBody& body, BlobStore& store,
     std::string_view tenant, const ExecuteSettings& settings, const BlobStore::CopyBudget& copies = {});
 
 // The response to a program's outcome: its result (COMPLETED or FAILED), or the request

@@ -26,6 +26,10 @@ struct MultipartPart {
   std::string_view data;
 };
 
+// The boundary of a multipart/form-data Content-Type value; `parse` when it is another
+// type or its boundary is missing or invalid.
+[[nodiscard]] Result<std::string> multipart_boundary(std::string_view content_type);
+
 // Parses a multipart/form-data body. `content_type` is the request's header value, which
 // carries the boundary.
 [[nodiscard]] Result<std::vector<MultipartPart>> parse_multipart(

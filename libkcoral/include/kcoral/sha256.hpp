@@ -2,12 +2,30 @@
 #pragma once
 
 #include <cstddef>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
+typedef struct evp_md_ctx_st EVP_MD_CTX;  // OpenSSL's own declaration, without its headers
+
 namespace kcoral {
+
+// SHA-256 of bytes given piece by piece, as they come. Move-only.
+class Sha256 {
+ public:
+  Sha256();  // throws std::bad_alloc when OpenSSL has no memory for its state
+  void update(std::string_view data);
+  // The digest of everything given since construction or the last digest; starts over.
+  [[nodiscard]] std::string hex_digest();
+
+ private:
+  struct Free {
+    void operator()(EVP_MD_CTX* context) const;
+  };
+  std::unique_ptr<EVP_MD_CTX, Free> context_;
+};
 
 // Computed by OpenSSL.
 [[nodiscard]] std::string sha256_hex(std::span<const std::byte> data);

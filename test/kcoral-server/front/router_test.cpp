@@ -159,7 +159,7 @@ TEST_CASE("a malformed /execute is 400 with kind parse and the same request id i
   ServerFixture server;
   kcoral::HttpRequest request{http::verb::post, "/execute", 11};
   request.set(http::field::content_type, "application/json");
-  request.body() = R"({"instructions":[]})";
+  request.body().bytes = R"({"instructions":[]})";
   auto routed = kcoral::route(request, server.state);
   REQUIRE(routed.response.has_value());
   CHECK_FALSE(routed.job);
@@ -171,7 +171,7 @@ TEST_CASE("a malformed /execute is 400 with kind parse and the same request id i
   CHECK_FALSE(body["error"]["message"].get<std::string>().empty());
   CHECK(body["request_id"] == header(*routed.response, "X-Request-ID"));
   kcoral::HttpRequest untyped{http::verb::post, "/execute", 11};
-  untyped.body() = "--x\r\n";
+  untyped.body().bytes = "--x\r\n";
   auto no_type = kcoral::route(untyped, server.state);
   REQUIRE(no_type.response.has_value());
   CHECK(no_type.response->result() == http::status::bad_request);

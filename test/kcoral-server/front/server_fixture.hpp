@@ -52,7 +52,10 @@ struct ServerFixture {
     request.set(http::field::content_type, body.content_type);
     if (!request_id.empty()) request.set("X-Request-ID", request_id);
     if (!token.empty()) request.set(http::field::authorization, "Bearer " + token);
-    request.body() = body.body;
+    // As a session hands it on: the bytes, and the digests of its parts as they came.
+    request.body().bytes = body.body;
+    request.body().digests = MultipartDigests(body.content_type);
+    request.body().digests.advance(request.body().bytes.view());
     request.prepare_payload();
     return route(request, state);
   }

@@ -1,0 +1,100 @@
+// MultipartDigests (libkcoral/src/multipart_digests.cpp): a multipart body fed as it grows,
+// in pieces of every size, gives each part's SHA-256 for exactly the range parse_multipart
+// finds; bodies it cannot follow give no digests rather than wrong ones.
+#include <doctest/doctest.h>
+
+#include <string>
+#include <vector>
+
+#include "kcoral/multipart.hpp"
+#include "kcoral/multipart_digests.hpp"
+#include "kcoral/sha256.hpp"
+
+namespace {
+
+// Feeds `body` to `digests` as a connection would bring it: `step` bytes at a time.
+void feed(kcoral::MultipartDigests& digests, std::string_view body, std::size_t step) {
+  for (std::size_t size = 0; size < body.size();) {
+    size = std::min(body.size(), size + step);
+    digests.advance(body.substr(0, size));
+  }
+}
+
+// The parts' data hold pieces of their own delimiter, CRLFs and dashes, so that a hasher
+// that cut a part at the wrong place would show.
+kcoral::EncodedMultipart tricky_body(const std::string& boundary_hint) {
+  static const std::string program = R"({"instructions":[]})";
+  static const std::string first = "\r\n--" + boundary_hint + "\r\n-\r\n--\r";
+  static const std::string second(70000, '\r');
+  static const std::string empty;
+  return kcoral::encode_multipart({{"program", "application/json", program},
+                                   {"blob:a", "application/octet-stream", first},
+                                   {"blob:b", "application/octet-stream", second},
+                                   {"blob:c", "application/octet-stream", empty}});
+}
+
+}  // namespace
+
+TEST_SUITE("multipart_digests") {
+
+TEST_CASE("fed in pieces of any size, every part's digest is its data's, at its exact range") {
+  kcoral::EncodedMultipart encoded = tricky_body("kcoral-");
+  auto parts = kcoral::parse_multipart(encoded.content_type, encoded.body, {});
+  REQUIRE(parts.has_value());
+  for (std::size_t step : {std::size_t{1}, std::size_t{2}, std::size_t{3}, std::size_t{7}, std::size_t{64},
+                           std::size_t{4096}, std::size_t{65536}, encoded.body.size()}) {
+    CAPTURE(step);
+    kcoral::MultipartDigests digests(encoded.content_type);
+    feed(digests, encoded.body, step);
+    for (const kcoral::MultipartPart& part : *parts) {
+      CAPTURE(part.name);
+      std::size_t offset = static_cast<std::size_t>(part.data.data() - encoded.body.data());
+      const std::string* digest = digests.digest_of(offset, part.data.size());
+      REQUIRE(digest != nullptr);
+      CHECK(*digest == kcoral::sha256_hex(part.data));
+      CHECK(digests.digest_of(offset, part.data.size() + 1) == nullptr);  // only the exact range
+    }
+  }
+}
+
+TEST_CASE("a part whose end has not arrived has no digest yet") {
+  kcoral::EncodedMultipart encoded = tricky_body("x");
+  auto parts = kcoral::parse_multipart(encoded.content_type, encoded.body, {});
+  REQUIRE(parts.has_value());
+  const kcoral::MultipartPart& second = (*parts)[2];
+  std::size_t offset = static_cast<std::size_t>(second.data.data() - encoded.body.data());
+  kcoral::MultipartDigests digests(encoded.content_type);
+  digests.advance(std::string_view(encoded.body).substr(0, offset + second.data.size() + 3));  // not its delimiter
+  CHECK(digests.digest_of(offset, second.data.size()) == nullptr);
+  digests.advance(encoded.body);
+  CHECK(digests.digest_of(offset, second.data.size()) != nullptr);
+}
+
+TEST_CASE("bodies it cannot follow give no digests") {
+  const std::string data = "some data";
+  kcoral::EncodedMultipart good = kcoral::encode_multipart({{"program", "application/json", data}});
+  std::string boundary = good.content_type.substr(good.content_type.find('=') + 1);
+  struct Case {
+    std::string content_type;
+    std::string body;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"application/json", good.body},                     // not multipart
+           {"multipart/form-data", good.body},                  // no boundary
+           {good.content_type, "preamble\r\n" + good.body},     // does not open with its delimiter
+           {good.content_type, "--" + boundary + "\r\n\r\n" + data + "\r\n--" + boundary + "--"},  // no headers
+           {good.content_type, "--" + boundary + "\r\n" + std::string(9000, 'h') + "\r\n\r\n" + data + "\r\n--" +
+                                   boundary + "--"},  // headers past parse_multipart's limit
+       }) {
+    CAPTURE(c.body.substr(0, 60));
+    kcoral::MultipartDigests digests(c.content_type);
+    feed(digests, c.body, 5);
+    std::size_t at = c.body.find(data);
+    CHECK(digests.digest_of(at, data.size()) == nullptr);
+  }
+  kcoral::MultipartDigests none;
+  none.advance(good.body);
+  CHECK(none.digest_of(0, 0) == nullptr);
+}
+
+}  // TEST_SUITE
