@@ -18,6 +18,7 @@
 #include <boost/beast/http/message.hpp>
 #include <boost/optional.hpp>
 #include <cstdint>
+#include <functional>
 #include <string_view>
 #include <utility>
 
@@ -30,14 +31,17 @@ struct RequestBody {
 
   static std::uint64_t size(const value_type& body) { return body.bytes.size(); }
 
-  // Parsing: a declared length is mapped at once; chunks are appended as they come.
+  // Parsing: a declared length is mapped at once; chunks are appended as they come, and
+  // the multipart parts hashed as far as they have come after each.
   class reader {
    public:
+    // The parser makes its reader before the header has come; init() reads it.
     template <bool isRequest, class Fields>
-    reader(boost::beast::http::header<isRequest, Fields>& header, value_type& body) : body_(body) {
-      auto content_type = header[boost::beast::http::field::content_type];
-      body_.digests = MultipartDigests({content_type.data(), content_type.size()});
-    }
+    reader(boost::beast::http::header<isRequest, Fields>& header, value_type& body)
+        : body_(body), content_type_([&header] {
+            auto value = header[boost::beast::http::field::content_type];
+            return std::string_view(value.data(), value.size());
+          }) {}
 
     void init(const boost::optional<std::uint64_t>& content_length, boost::beast::error_code& ec);
     template <class ConstBufferSequence>
@@ -60,6 +64,7 @@ struct RequestBody {
 
    private:
     value_type& body_;
+    std::function<std::string_view()> content_type_;
   };
 
   // Serializing (tests write requests too): the bytes in one buffer.

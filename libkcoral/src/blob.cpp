@@ -27,26 +27,11 @@ struct Blob::Mapping {
   }
 };
 
-namespace {
-
-// Writes `data` at `offset` of the file (not at its position, which nothing here uses).
-Status write_all(int fd, std::span<const std::byte> data, std::size_t offset) {
-  std::size_t written = 0;
-  while (written < data.size()) {
-    ssize_t n = ::pwrite(fd, data.data() + written, data.size() - written, static_cast<off_t>(offset + written));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return system_error("writing a blob");
-    written += static_cast<std::size_t>(n);
-  }
-  return {};
-}
-
-}  // namespace
 
 Result<Blob> Blob::copy_of(std::span<const std::byte> data) {
   auto fd = new_memfd("kcoral-blob");
   if (!fd) return std::unexpected(fd.error());
-  KCORAL_TRY(write_all(fd->get(), data, 0));
+  KCORAL_TRY(write_at(fd->get(), data, 0));
   KCORAL_TRY(seal_memfd(fd->get()));
   return from_fd(std::move(*fd));
 }
@@ -115,7 +100,7 @@ Status BlobBuilder::append(std::span<const std::byte> data) {
   }
   static const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
   if (data.size() >= page_align_from_ && end_ % page != 0) end_ += page - end_ % page;  // the gap is a hole
-  if (auto status = write_all(fd_.get(), data, end_); !status) return status;
+  if (auto status = write_at(fd_.get(), data, end_); !status) return status;
   offsets_.push_back(end_);
   sizes_.push_back(data.size());
   end_ += data.size();

@@ -7,7 +7,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstring>
 #include <new>
 
 #include "memfd.hpp"
@@ -70,9 +69,8 @@ bool BlobFile::reserve(std::size_t bytes) {
   // The file grows first, then its mapping over it: the pages are the file's, allocated
   // only as they are written.
   if (::ftruncate(fd_.get(), static_cast<off_t>(capacity)) != 0) return false;
-  void* mapped = data_ == nullptr
-                     ? ::mmap(nullptr, capacity, PROT_READ | PROT_WRITE, MAP_SHARED, fd_.get(), 0)
-                     : ::mremap(data_, capacity_, capacity, MREMAP_MAYMOVE);
+  void* mapped = data_ == nullptr ? ::mmap(nullptr, capacity, PROT_READ, MAP_SHARED, fd_.get(), 0)
+                                  : ::mremap(data_, capacity_, capacity, MREMAP_MAYMOVE);
   if (mapped == MAP_FAILED) {
     // The file back to its mapping's size; should that fail too, keep() cuts it anyway.
     [[maybe_unused]] int undone = ::ftruncate(fd_.get(), static_cast<off_t>(capacity_));
@@ -90,7 +88,8 @@ bool BlobFile::append(std::string_view bytes) {
     if (wanted < size_) return false;  // overflow
     if (!reserve(std::max({wanted, 2 * capacity_, kFirstMapping}))) return false;
   }
-  std::memcpy(data_ + size_, bytes.data(), bytes.size());
+  // Written by pwrite, read through the mapping: half the cost of copying into the mapping.
+  if (!write_at(fd_.get(), std::as_bytes(std::span(bytes)), size_)) return false;
   size_ += bytes.size();
   return true;
 }
@@ -113,7 +112,7 @@ Result<std::vector<Blob>> BlobFile::keep(std::span<const Range> ranges) {
     KCORAL_TRY(punch(file.fd_.get(), end, range.offset - end));
     end = range.offset + range.size;
   }
-  // Sealing against writes needs the writable mapping gone; the file ends with the last range.
+  // The file ends with the last range, mapped again at that size.
   if (file.data_ != nullptr) ::munmap(file.data_, file.capacity_);
   file.data_ = nullptr;
   file.capacity_ = 0;

@@ -2,6 +2,7 @@
 #include "memfd.hpp"
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -16,6 +17,17 @@ Result<UniqueFd> new_memfd(const char* name) {
                                      "); retry later");
   if (!fd) return system_error("memfd_create");
   return fd;
+}
+
+Status write_at(int fd, std::span<const std::byte> data, std::size_t offset) {
+  std::size_t written = 0;
+  while (written < data.size()) {
+    ssize_t n = ::pwrite(fd, data.data() + written, data.size() - written, static_cast<off_t>(offset + written));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return system_error("writing a blob");
+    written += static_cast<std::size_t>(n);
+  }
+  return {};
 }
 
 Status seal_memfd(int fd) {

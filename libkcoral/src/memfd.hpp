@@ -3,6 +3,9 @@
 
 #include <fcntl.h>
 
+#include <cstddef>
+#include <span>
+
 #include "kcoral/error.hpp"
 #include "kcoral/unique_fd.hpp"
 
@@ -14,6 +17,11 @@ inline constexpr int kBlobSeals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE;
 // A new close-on-exec memfd that can be sealed; `busy` when out of descriptors or memory
 // (a condition of the moment, worth a retry).
 [[nodiscard]] Result<UniqueFd> new_memfd(const char* name);
+
+// Writes all of `data` at `offset` of the file (pwrite: the file's position is not used).
+// Into a memfd this costs about half of copying into a mapping of it, whose every new page
+// would fault.
+[[nodiscard]] Status write_at(int fd, std::span<const std::byte> data, std::size_t offset);
 
 // Adds kBlobSeals and F_SEAL_SEAL. Fails while any writable shared mapping of it exists.
 [[nodiscard]] Status seal_memfd(int fd);

@@ -1,9 +1,9 @@
 // BlobFile: bytes written into a memory file as they arrive, then kept as Blobs without a
 // copy.
 //
-// A request body is received straight into a memfd, mapped writable and grown in place
-// (ftruncate and mremap: never copied, so a body costs what it holds, however it
-// arrives). Once the body is read, its blob parts are kept: every byte outside them is
+// A request body is received straight into a memfd, written with pwrite and read through
+// a mapping, both grown in place (ftruncate and mremap: never copied, so a body costs what
+// it holds, however it arrives). Once the body is read, its blob parts are kept: every byte outside them is
 // zeroed and its pages freed, the file is sealed, and each part becomes a Blob that is a
 // slice of it. The server then hands that one descriptor to the worker without having
 // copied the upload a second time, and the worker can read the blobs and nothing else of

@@ -8,6 +8,8 @@
 #include <limits>
 #include <string>
 
+#include "kcoral/multipart.hpp"
+#include "kcoral/sha256.hpp"
 #include "request_body.hpp"
 
 namespace http = boost::beast::http;
@@ -44,4 +46,26 @@ TEST_CASE("a declared length is reserved whole before the body comes, and one no
   refused.eager(true);
   refused.put(boost::asio::buffer(huge), ec);
   CHECK(ec == boost::beast::error_code(ENOMEM, boost::beast::generic_category()));
+}
+
+TEST_CASE("a multipart body's parts are hashed as the parser is fed, read by read") {
+  kcoral::EncodedMultipart encoded = kcoral::encode_multipart(
+      {{"program", "application/json", "{}"}, {"blob:x", "application/octet-stream", std::string(300000, 'b')}});
+  std::string request = "POST /execute HTTP/1.1\r\nHost: x\r\nContent-Type: " + encoded.content_type +
+                        "\r\nContent-Length: " + std::to_string(encoded.body.size()) + "\r\n\r\n" + encoded.body;
+  http::request_parser<kcoral::RequestBody> parser;
+  parser.body_limit(std::numeric_limits<std::uint64_t>::max());
+  boost::beast::error_code ec;
+  std::size_t used = 0;
+  while (!parser.is_done() && !ec) {  // 4 KiB at a time, as reads bring it
+    std::size_t piece = std::min<std::size_t>(4096, request.size() - used);
+    used += parser.put(boost::asio::buffer(request.data() + used, piece), ec);
+    if (ec == http::error::need_more) ec = {};
+  }
+  REQUIRE_FALSE(ec);
+  const kcoral::ReceivedBody& body = parser.get().body();
+  std::size_t at = body.bytes.view().find(std::string(300000, 'b'));
+  const std::string* digest = body.digests.digest_of(at, 300000);
+  REQUIRE(digest != nullptr);
+  CHECK(*digest == kcoral::sha256_hex(std::string(300000, 'b')));
 }
