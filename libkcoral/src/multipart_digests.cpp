@@ -17,7 +17,8 @@ const MultipartLimits kLimits{};
 
 }  // namespace
 
-MultipartDigests::MultipartDigests(std::string_view content_type) {
+MultipartDigests::MultipartDigests(std::string_view content_type, std::size_t record_from)
+    : record_from_(record_from) {
   auto boundary = multipart_boundary(content_type);
   if (!boundary) return;
   delimiter_ = "--" + *boundary;
@@ -42,12 +43,13 @@ void MultipartDigests::advance(std::string_view body) {
       case State::after_delimiter: {
         if (body.size() < position_ + 2) return;
         std::string_view next = body.substr(position_, 2);
-        if (next != kCrlf || digests_.size() == kLimits.max_parts) {  // "--" closes the body
+        if (next != kCrlf || parts_ == kLimits.max_parts) {  // "--" closes the body
           state_ = State::done;
           break;
         }
         position_ += 2;
         scanned_ = position_;
+        ++parts_;
         state_ = State::headers;
         break;
       }
@@ -90,7 +92,8 @@ void MultipartDigests::advance(std::string_view body) {
           return;
         }
         hash_->update(body.substr(hashed_, found - hashed_));
-        digests_.push_back({data_start_, found - data_start_, hash_->hex_digest()});
+        std::string digest = hash_->hex_digest();  // and the hash starts over
+        if (found - data_start_ >= record_from_) digests_.push_back({data_start_, found - data_start_, std::move(digest)});
         position_ = found + separator_.size();
         state_ = State::after_delimiter;
         break;

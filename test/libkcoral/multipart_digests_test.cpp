@@ -1,6 +1,7 @@
 // MultipartDigests (libkcoral/src/multipart_digests.cpp): a multipart body fed as it grows,
-// in pieces of every size, gives each part's SHA-256 for exactly the range parse_multipart
-// finds; bodies it cannot follow give no digests rather than wrong ones.
+// in pieces of every size, gives each large part's SHA-256 for exactly the range
+// parse_multipart finds; small parts and bodies it cannot follow give no digests rather
+// than wrong ones.
 #include <doctest/doctest.h>
 
 #include <string>
@@ -20,12 +21,18 @@ void feed(kcoral::MultipartDigests& digests, std::string_view body, std::size_t 
   }
 }
 
+constexpr std::size_t kLarge = kcoral::MultipartDigests::kRecordedFrom;
+
 // The parts' data hold pieces of their own delimiter, CRLFs and dashes, so that a hasher
 // that cut a part at the wrong place would show.
 kcoral::EncodedMultipart tricky_body(const std::string& boundary_hint) {
   static const std::string program = R"({"instructions":[]})";
-  static const std::string first = "\r\n--" + boundary_hint + "\r\n-\r\n--\r";
-  static const std::string second(70000, '\r');
+  static const std::string first = [&] {
+    std::string text;
+    while (text.size() < kLarge) text += "\r\n--" + boundary_hint + "\r\n-\r\n--\r";
+    return text;
+  }();
+  static const std::string second(kLarge + 3, '\r');
   static const std::string empty;
   return kcoral::encode_multipart({{"program", "application/json", program},
                                    {"blob:a", "application/octet-stream", first},
@@ -37,18 +44,22 @@ kcoral::EncodedMultipart tricky_body(const std::string& boundary_hint) {
 
 TEST_SUITE("multipart_digests") {
 
-TEST_CASE("fed in pieces of any size, every part's digest is its data's, at its exact range") {
+TEST_CASE("fed in pieces of any size, every large part's digest is its data's, at its exact range") {
   kcoral::EncodedMultipart encoded = tricky_body("kcoral-");
   auto parts = kcoral::parse_multipart(encoded.content_type, encoded.body, {});
   REQUIRE(parts.has_value());
   for (std::size_t step : {std::size_t{1}, std::size_t{2}, std::size_t{3}, std::size_t{7}, std::size_t{64},
                            std::size_t{4096}, std::size_t{65536}, encoded.body.size()}) {
     CAPTURE(step);
-    kcoral::MultipartDigests digests(encoded.content_type);
+    kcoral::MultipartDigests digests(encoded.content_type, /*record_from=*/0);
+    kcoral::MultipartDigests large_only(encoded.content_type);
     feed(digests, encoded.body, step);
+    feed(large_only, encoded.body, step);
     for (const kcoral::MultipartPart& part : *parts) {
       CAPTURE(part.name);
       std::size_t offset = static_cast<std::size_t>(part.data.data() - encoded.body.data());
+      // By default, small parts (the program, the empty blob) are left to admission.
+      CHECK((large_only.digest_of(offset, part.data.size()) != nullptr) == (part.data.size() >= kLarge));
       const std::string* digest = digests.digest_of(offset, part.data.size());
       REQUIRE(digest != nullptr);
       CHECK(*digest == kcoral::sha256_hex(part.data));
@@ -71,7 +82,7 @@ TEST_CASE("a part whose end has not arrived has no digest yet") {
 }
 
 TEST_CASE("bodies it cannot follow give no digests") {
-  const std::string data = "some data";
+  const std::string data(kLarge, 'd');
   kcoral::EncodedMultipart good = kcoral::encode_multipart({{"program", "application/json", data}});
   std::string boundary = good.content_type.substr(good.content_type.find('=') + 1);
   struct Case {
@@ -86,7 +97,7 @@ TEST_CASE("bodies it cannot follow give no digests") {
            {good.content_type, "--" + boundary + "\r\n" + std::string(9000, 'h') + "\r\n\r\n" + data + "\r\n--" +
                                    boundary + "--"},  // headers past parse_multipart's limit
        }) {
-    CAPTURE(c.body.substr(0, 60));
+    CAPTURE(c.content_type);
     kcoral::MultipartDigests digests(c.content_type);
     feed(digests, c.body, 5);
     std::size_t at = c.body.find(data);

@@ -7,7 +7,9 @@
 // as parse_multipart does (the opening delimiter, a CRLF, headers up to a blank line, data
 // up to the next CRLF and delimiter), and gives up at anything else; parse_multipart stays
 // the judge of the body, and a digest from here is used only for exactly the range of bytes
-// it was computed over.
+// it was computed over. Parts under kRecordedFrom bytes are not recorded (hashing them later
+// costs next to nothing), so what is kept stays a small fraction of the body however many
+// parts it has.
 //
 //   kcoral::MultipartDigests digests(content_type);
 //   digests.advance(body_so_far);    // after each read, the body whole so far
@@ -27,9 +29,11 @@ namespace kcoral {
 class MultipartDigests {
  public:
   MultipartDigests() = default;  // hashes nothing
+  static constexpr std::size_t kRecordedFrom = std::size_t{64} << 10;
+
   // For a body of this Content-Type; one that is not multipart/form-data with a valid
-  // boundary hashes nothing.
-  explicit MultipartDigests(std::string_view content_type);
+  // boundary hashes nothing. Digests of parts under `record_from` bytes are not kept.
+  explicit MultipartDigests(std::string_view content_type, std::size_t record_from = kRecordedFrom);
 
   // The body so far: the bytes of the last call, and maybe more after them.
   void advance(std::string_view body);
@@ -44,6 +48,7 @@ class MultipartDigests {
   };
   enum class State { opening, after_delimiter, headers, data, done };
 
+  std::size_t record_from_ = 0;
   std::string delimiter_;  // "--" boundary
   std::string separator_;  // CRLF "--" boundary
   State state_ = State::done;
@@ -51,6 +56,7 @@ class MultipartDigests {
   std::size_t scanned_ = 0;     // searched up to here without finding what the state seeks
   std::size_t data_start_ = 0;  // of the part being hashed
   std::size_t hashed_ = 0;      // its data hashed up to here
+  std::size_t parts_ = 0;       // begun so far
   std::optional<Sha256> hash_;
   std::vector<Digest> digests_;  // by offset
 };
