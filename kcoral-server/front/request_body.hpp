@@ -17,6 +17,7 @@
 #include <boost/beast/core/error.hpp>
 #include <boost/beast/http/message.hpp>
 #include <boost/optional.hpp>
+#include <cerrno>
 #include <cstdint>
 #include <functional>
 #include <string_view>
