@@ -12,6 +12,19 @@ using kcoral::test::memfd_with;
 using kcoral::test::completed;
 namespace messages = kcoral::messages;
 
+namespace {
+
+// A harness whose worker answers its job with a completed result carrying `values` as its
+// returned values, and no parts.
+void answer_with_values(Harness& h, const std::string& values) {
+  h.take(make_job());
+  messages::RunResult result = completed();
+  result.results = values;
+  h.send(result);
+}
+
+}  // namespace
+
 TEST_SUITE("worker_handle") {
 
 TEST_CASE("ready while a job runs kills the worker and fails that job") {
@@ -94,10 +107,7 @@ TEST_CASE("returned values pass as JSON whatever the size of their numbers") {
                               std::string(R"({"a":[1e400,-1e-400,-0.0,0,-7,5E+3,"\u0000",true,false,null,{}]})")}) {
     CAPTURE(results.substr(0, 60));
     Harness h;
-    h.take(make_job());
-    messages::RunResult result = completed();
-    result.results = results;
-    h.send(result);
+    answer_with_values(h, results);
     REQUIRE(h.pump([&] { return h.outcome.has_value(); }));
     REQUIRE(h.outcome->result.has_value());
     CHECK(h.outcome->result->results_json == results);
@@ -156,10 +166,7 @@ TEST_CASE("results that are not what they claim kill the worker") {
                                 std::string(R"({"on\s":0})"), std::string("{\"a\":4\v}")}) {
       CAPTURE(results.substr(0, 40));
       Harness h;
-      h.take(make_job());
-      messages::RunResult result = completed();
-      result.results = results;
-      h.send(result);
+      answer_with_values(h, results);
       CHECK(h.engine_error().find("returned values are not") != std::string::npos);
     }
   }
