@@ -32,6 +32,10 @@
 #                                    fresh venv of this machine's python3.12, whose libpython
 #                                    is linked into it; that server's GPU tests that need only
 #                                    torch; needs .gpu-carry/wheels (ml_dtypes)
+#   benchmarks/gpu/run.sh roundtrip  benchmarks/roundtrip.py on CPU servers of this machine (16 idle
+#                                    cores): ours with fresh and with reused workers beside the
+#                                    reference's; needs .gpu-carry/reference and .gpu-carry/wheels;
+#                                    ROUNDTRIP_ARGS adds to its flags
 #   benchmarks/gpu/run.sh            everything (with what earlier calls stashed)
 #
 # Brought along (made by benchmarks/gpu/carry.sh, which says which call carries what):
@@ -141,6 +145,26 @@ nvcc -O3 -std=c++17 -arch=sm_90a benchmarks/gpu/raw_cupti.cu -o build/gpu/raw_cu
 # The package whole, as pip install lays it out: a tool's own Python (kcoral run python)
 # imports kcoral._native from it, while workers have it built in.
 cp build/gpu/bindings/_native*.so bindings/kcoral/
+if [[ ${1:-} == roundtrip ]]; then
+  # The CPU goals that need idle cores (fresh workers' throughput and queue, 64 MiB up and
+  # back), on this machine's 16 cores: benchmarks/roundtrip.py with our CPU server, the same
+  # reusing workers, and the reference's (kcoral 0.1.1 in a venv of its wheels, on this
+  # machine's torch environment), 8 workers each.
+  log "round trip on CPU servers of this machine's 16 cores, beside the reference's"
+  refvenv=/tmp/kcoral-ref-venv
+  rm -rf "$refvenv" && /usr/bin/python3.12 -m venv "$refvenv" || exit 1
+  echo /opt/torch/.venv/lib/python3.12/site-packages \
+    >"$("$refvenv/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/torch-environment.pth"
+  refwheels=.gpu-carry/reference
+  [[ -d $refwheels ]] || refwheels=$stash/reference
+  "$refvenv/bin/python" -m pip install -q --no-index --no-deps "$refwheels"/*.whl \
+    .gpu-carry/wheels/ml_dtypes-*.whl .gpu-carry/wheels/protobuf-*.whl || exit 1
+  server=$root/build/gpu/kcoral-server/kcoral-server
+  timeout 560 "$python" benchmarks/roundtrip.py --server "$server" --reference-venv "$refvenv" \
+    --workers 8 ${ROUNDTRIP_ARGS:-} --variant "reused=$server --programs-per-worker 64" \
+    --json "$result/roundtrip.json" 2>&1 | tee "$result/roundtrip.md"
+  exit 0
+fi
 if [[ ${1:-} == real-jobs ]]; then
   log "real jobs: our GPU server and the reference's, each with its defaults; ours as it was too"
   # ours: the defaults. no-cache: without the tenant's compile cache. before: that, and
