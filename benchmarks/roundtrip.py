@@ -104,13 +104,20 @@ class Server:
         return self.log.read_text(errors="replace")[-3000:]
 
 
-def _launch(name: str, command: list[str], directory: Path) -> Server:
+def _without_pythonpath() -> dict[str, str]:
+    """This environment without PYTHONPATH, which could put our kcoral package before the
+    reference's own in the reference's server and client."""
+    return {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+
+
+def _launch(name: str, command: list[str], directory: Path,
+            environment: dict[str, str] | None = None) -> Server:
     directory.mkdir(parents=True, exist_ok=True)
     log = directory / "server.log"
     with open(log, "wb") as out:
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT,
                                    stdin=subprocess.DEVNULL, cwd=directory,
-                                   start_new_session=True)
+                                   start_new_session=True, env=environment)
     return Server(name, command, process, log)
 
 
@@ -158,7 +165,7 @@ def start_reference(venv: Path, workers: int, directory: Path) -> Server:
     server = _launch("reference", [
         str(venv / "bin" / "kcoral"), "server", "--device", "cpu", "--host", "127.0.0.1",
         "--port", str(port), "--num-workers", str(workers), *reference_flags(),
-    ], directory)  # its event log goes to directory/logs, its default (relative) place
+    ], directory, _without_pythonpath())  # its event log goes to directory/logs, its default place
     server.url = f"http://127.0.0.1:{port}"
     _wait_healthy(server)
     return server
@@ -177,8 +184,8 @@ def reference_config(venv: Path, flags: list[str]) -> dict[str, Any]:
         "config = config_from_args(build_parser().parse_args(sys.argv[1:]))\n"
         "print(json.dumps(dataclasses.asdict(config), default=str))\n"
     )
-    done = subprocess.run([venv / "bin" / "python", "-c", code, *flags],
-                          capture_output=True, text=True, timeout=120, check=True)
+    done = subprocess.run([venv / "bin" / "python", "-c", code, *flags], capture_output=True,
+                          text=True, timeout=120, check=True, env=_without_pythonpath())
     config: dict[str, Any] = json.loads(done.stdout)
     config.pop("node_token", None)
     return config
@@ -252,8 +259,7 @@ def measure_large_reference(venv: Path, url: str, size: int, rounds: int) -> dic
     """The large-data rounds by the reference's own client: large_data_client.py run by the
     reference venv's Python. A client that fails leaves its error in place of the figures."""
     timeout = LARGE_ROUND_SECONDS * 2 * (rounds + 1)
-    # Without PYTHONPATH, which could put our client before the reference's.
-    environment = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    environment = _without_pythonpath()
     try:
         done = subprocess.run([venv / "bin" / "python", LARGE_DATA_CLIENT, url, str(size),
                                str(rounds)], capture_output=True, text=True, timeout=timeout,

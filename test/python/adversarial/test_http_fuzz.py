@@ -67,7 +67,7 @@ HOSTILE_SOURCES = [
     "def size(b):\n    import os, signal\n    os.kill(os.getpid(), signal.SIGSEGV)\n",
     "def size(b):\n    return object()\n",
     "def size(b):\n    return {'x' * 100000: float('nan')}\n",
-    "import sys\nsys.setrecursionlimit(10**6)\ndef size(b):\n    return size(b)\n",
+    "import sys\nsys.setrecursionlimit(10**5)\ndef size(b):\n    return size(b)\n",
     "def size(b):\n    print('x' * (1 << 22))\n    return 1\n",
 ]
 
