@@ -128,7 +128,10 @@ if [[ ${1:-} == wheel ]]; then
    cd /tmp && KCORAL_GPU_URL=$url timeout 300 "$venv/bin/python" -m pytest -q -rs -p no:cacheprovider \
      "$root/test/python/gpu/test_gpu.py" -k "tensor or benchmark or cpu_only" \
      -c /dev/null --noconftest --rootdir "$root/test/python/gpu" 2>&1 | tail -6) | tee "$result/wheel.md"
-  "$venv/bin/python" -c "import kcoral, sys; print('client from', kcoral.__file__); sys.exit('/tmp/kcoral-wheel-venv' not in kcoral.__file__)" | tee -a "$result/wheel.md"
+  # As the tests above ran it: without this script's PYTHONPATH, which names the checkout's.
+  (cd /tmp && env -u PYTHONPATH -u LD_LIBRARY_PATH "$venv/bin/python" -c "import kcoral
+print('client from', kcoral.__file__, '(the wheel)' if kcoral.__file__.startswith('$venv/') else '(NOT the wheel)')") |
+    tee -a "$result/wheel.md"
   kill -TERM "$wheelpid" 2>/dev/null
   sleep 2
   exit 0
