@@ -151,7 +151,8 @@ cp build/gpu/bindings/_native*.so bindings/kcoral/
 if [[ ${1:-} == roundtrip ]]; then
   # The CPU goals that need idle cores (fresh workers' throughput and queue, 64 MiB up and
   # back), on this machine's 16 cores: benchmarks/roundtrip.py with our CPU server, the same
-  # reusing workers, and the reference's (kcoral 0.1.1 in a venv of its wheels, on this
+  # reusing workers, the same preloading neither torch nor triton (a smaller worker parent
+  # to fork from), and the reference's (kcoral 0.1.1 in a venv of its wheels, on this
   # machine's torch environment), 8 workers each.
   log "round trip on CPU servers of this machine's 16 cores, beside the reference's"
   refvenv=/tmp/kcoral-ref-venv
@@ -165,6 +166,7 @@ if [[ ${1:-} == roundtrip ]]; then
   server=$root/build/gpu/kcoral-server/kcoral-server
   timeout 560 "$python" benchmarks/roundtrip.py --server "$server" --reference-venv "$refvenv" \
     --workers 8 ${ROUNDTRIP_ARGS:-} --variant "reused=$server --programs-per-worker 64" \
+    --variant "numpy-only=$server --preload numpy,kcoral.builtins,kcoral._native" \
     --json "$result/roundtrip.json" 2>&1 | tee "$result/roundtrip.md"
   exit 0
 fi
