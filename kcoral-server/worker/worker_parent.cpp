@@ -15,6 +15,7 @@
 #include <filesystem>
 
 #include "channel.hpp"
+#include "huge_pages.hpp"
 #include "interpreter.hpp"
 #include "kcoral/executor.hpp"
 #include "messages.hpp"
@@ -120,6 +121,8 @@ int run_worker_parent(const std::vector<std::string>& arguments) {
   std::fprintf(stderr, "kcoral-server: preloaded: %s\n", describe_preload(*preloaded).c_str());
   auto versions = (*executor)->versions();
   (*executor)->prepare_for_fork();
+  // After the collection and freeze, which leave the heap as the workers will find it.
+  std::fprintf(stderr, "kcoral-server: huge pages: %s\n", kcoral::collapse_anonymous_memory().describe().c_str());
   options->interpreter_bin = std::filesystem::path(kcoral::cpython::interpreter_executable()).parent_path().string();
 
   // What workers may read: the interpreter's environment and the libraries' directories.
