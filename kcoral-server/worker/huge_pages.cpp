@@ -36,23 +36,19 @@ std::uintptr_t hex(std::string_view text) {
 
 std::vector<AddressRange> collapsible_ranges(std::string_view maps, std::uintptr_t huge_page_bytes) {
   std::vector<AddressRange> ranges;
-  while (!maps.empty()) {
-    std::size_t line_end = maps.find('\n');
-    std::string_view line = maps.substr(0, line_end);
-    maps = line_end == std::string_view::npos ? std::string_view() : maps.substr(line_end + 1);
-    // start-end perms offset dev inode [path]
-    std::istringstream fields{std::string(line)};
+  std::istringstream lines{std::string(maps)};
+  for (std::string line; std::getline(lines, line);) {
+    std::istringstream fields(line);  // start-end perms offset device inode [path]
     std::string span, perms, offset, device, inode, path;
     if (!(fields >> span >> perms >> offset >> device >> inode)) continue;
     fields >> path;
     if (perms != "rw-p" || inode != "0" || !(path.empty() || path == "[heap]")) continue;
     std::size_t dash = span.find('-');
-    if (dash == std::string::npos) continue;
     std::uintptr_t start = hex(std::string_view(span).substr(0, dash));
-    std::uintptr_t end = hex(std::string_view(span).substr(dash + 1));
+    std::uintptr_t end = dash == std::string::npos ? 0 : hex(std::string_view(span).substr(dash + 1));
     std::uintptr_t first = (start + huge_page_bytes - 1) & ~(huge_page_bytes - 1);
     std::uintptr_t last = end & ~(huge_page_bytes - 1);
-    if (start != 0 && first < last) ranges.push_back({first, last});
+    if (start != 0 && first < last) ranges.push_back({first, last});  // start 0: no span read
   }
   return ranges;
 }
