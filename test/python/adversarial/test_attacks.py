@@ -110,6 +110,20 @@ def test_files_and_daemons_are_gone_when_the_program_ends(sandboxed):
         assert attack(sandboxed, "look_for_leftovers", marker).raise_for_error()["out"] == []
 
 
+def test_writing_over_the_memory_inherited_from_the_worker_parent_reaches_no_other_program(sandboxed):
+    # The worker parent's memory is shared with every worker, in huge pages where the kernel
+    # can: a program that writes to all of it, and changes an object the parent made in
+    # place, changes its own copy only.
+    with victim_beside(sandboxed):
+        report = attack(sandboxed, "rewrite_inherited_memory").raise_for_error()["out"]
+    assert report["written"] > 1 << 20 and report["failed"] == [], report
+    assert report["after"] == "X" + report["before"][1:]
+    # Fresh workers, forked after it, find the parent's object as it was.
+    for _ in range(3):
+        assert attack(sandboxed, "numpy_version").raise_for_error()["out"] == report["before"]
+    assert_serves(sandboxed)
+
+
 # -- hurting other clients -----------------------------------------------------------------
 
 
