@@ -133,7 +133,7 @@ def descriptors_of(frame: str) -> int:
 
 
 ONE_OF_EACH = [
-    {"type": "fork", "visible_devices": "GPU-0f0e"},
+    {"type": "fork", "visible_devices": "GPU-0f0e", "cuda_connections": 1, "refuse_multi_stream": True},
     {"type": "zygote_ready", "versions": {"python": "3.11.2", "numpy": "1.26.4"}},
     {"type": "forked", "pid": 4242},
     {"type": "exited", "pid": 4242, "exit_code": 0},
@@ -152,12 +152,12 @@ ONE_OF_EACH = [
     {"type": "failed", "message": "cannot prepare"},
     {"type": "result", "continues": True, "results": '{"out":{"type":"integer","value":1}}',
      "stdout": "out", "stdout_truncated": False, "stderr": "", "stderr_truncated": True,
-     "elapsed_ms": 12.5, "part_sizes": [3, 0], "retired": ""},
+     "elapsed_ms": 12.5, "part_sizes": [3, 0], "retired": "", "multi_stream": False},
     {"type": "result", "continues": False, "results": "{}", "stdout": "", "stdout_truncated": False,
      "stderr": "Traceback", "stderr_truncated": False, "elapsed_ms": 0.25, "part_sizes": [],
      "error": {"kind": "gpu_access", "message": "m", "index": 1, "op": "run", "traceback": "tb",
                "id": "x", "cuda_call": "cuMemAlloc", "location": "k.py:3"},
-     "retired": "threads: 3 after the program, 2 before"},
+     "retired": "threads: 3 after the program, 2 before", "multi_stream": True},
 ]
 
 

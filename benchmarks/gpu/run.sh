@@ -22,7 +22,8 @@
 #                                    the preloads (benchmarks/gpu/real_jobs.py); needs
 #                                    .gpu-carry/reference; REAL_JOBS_ARGS adds to its flags
 #   benchmarks/gpu/run.sh contexts   fresh programs/s and a two-stream benchmark() on GPU servers
-#                                    with CUDA's defaults and with cheaper fresh contexts
+#                                    with one-queue workers (the default), CUDA's default queues,
+#                                    one queue and nothing run again, and smaller launch queues
 #                                    (benchmarks/gpu/fresh_contexts.py)
 #   benchmarks/gpu/run.sh reuse      the same on GPU servers that reuse workers within a tenant,
 #                                    checked between programs (the default) and not
@@ -228,8 +229,8 @@ if [[ ${1:-} == contexts || ${1:-} == reuse ]]; then
   # workers reused within a tenant, checked between programs and not.
   log "${1}: programs/s and a two-stream benchmark() per setting"
   if [[ ${1} == contexts ]]; then
-    settings=("inits1 --context-inits-at-once 1" "default" "connections2 --cuda-connections 2"
-              "connections1 --cuda-connections 1")
+    settings=("default" "eight --cuda-connections 0" "connections1 --cuda-connections 1"
+              "default-launch-quarter --program-env CUDA_SCALE_LAUNCH_QUEUES=0.25x")
   else
     settings=("reused-checked --programs-per-worker 1000" "reused-trusted --programs-per-worker 1000 --reuse-check none")
   fi

@@ -26,7 +26,9 @@ struct Field {
 template <class T>
 inline constexpr auto kFields = std::tuple<>{};
 template <>
-inline constexpr auto kFields<Fork> = std::tuple{Field{"visible_devices", &Fork::visible_devices}};
+inline constexpr auto kFields<Fork> =
+    std::tuple{Field{"visible_devices", &Fork::visible_devices}, Field{"cuda_connections", &Fork::cuda_connections},
+               Field{"refuse_multi_stream", &Fork::refuse_multi_stream}};
 template <>
 inline constexpr auto kFields<ZygoteReady> = std::tuple{Field{"versions", &ZygoteReady::versions}};
 template <>
@@ -72,7 +74,8 @@ inline constexpr auto kFields<RunResult> =
                Field{"elapsed_ms", &RunResult::elapsed_ms},
                Field{"part_sizes", &RunResult::part_sizes},
                Field{"error", &RunResult::error},
-               Field{"retired", &RunResult::retired}};
+               Field{"retired", &RunResult::retired},
+               Field{"multi_stream", &RunResult::multi_stream}};
 
 template <class T>
 struct IsOptional : std::false_type {};

@@ -28,10 +28,16 @@
 
 namespace kcoral::messages {
 
-// front -> zygote: prepare one more worker, pinned to `visible_devices` (a GPU's UUID;
-// empty on a CPU server).
+// front -> zygote: prepare one more worker, pinned to `visible_devices` (a GPU's UUID, or
+// several joined by commas; empty on a CPU server), whose CUDA contexts have
+// `cuda_connections` hardware queues (CUDA_DEVICE_MAX_CONNECTIONS; 0: CUDA's default).
+// `refuse_multi_stream`: its benchmark() refuses calls that run on several streams, and
+// its result says so (RunResult::multi_stream), for the front to run the program again
+// on a worker of CUDA's queues.
 struct Fork {
   std::string visible_devices;
+  std::int64_t cuda_connections = 0;
+  bool refuse_multi_stream = false;
 };
 // zygote -> front, once: the interpreter is up; what its environment has installed.
 struct ZygoteReady {
@@ -129,6 +135,8 @@ struct RunResult {
   std::vector<std::uint64_t> part_sizes;
   std::optional<ErrorDetail> error;
   std::string retired = {};  // why the worker takes no other program, before its count ran out
+  // Its benchmark() refused a call that ran on several streams (Fork::refuse_multi_stream).
+  bool multi_stream = false;
 };
 
 using Message = std::variant<Fork, ZygoteReady, Forked, Exited, ZygoteFailed, ForkFailed, Blobs, RunProgram, LeaseGranted, Ready,

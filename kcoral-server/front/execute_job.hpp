@@ -27,6 +27,10 @@ struct JobOutcome {
   std::string worker_retired = {};
   // The GPUs the program's worker held, by --gpus index; empty on a CPU server.
   std::vector<int> gpu_ids = {};
+  // The worker says the program's benchmark() refused a call that ran on several streams,
+  // its CUDA contexts having one hardware queue (kcoral/benchmark.hpp): the pool runs the
+  // program again on a worker of CUDA's default queues, once.
+  bool multi_stream = false;
 };
 
 // Seconds (a flag's value) as a timer's duration.
@@ -52,6 +56,9 @@ struct ExecuteJob {
   // admit_execute accepted them; the worker parses program_json again.
   AdmittedRequest admitted;
   Clock::time_point received = Clock::now();
+  // It ran once on a one-queue worker, and runs (or ran) again on one of CUDA's default
+  // queues, because a benchmark() call of it ran on several streams (JobOutcome::multi_stream).
+  bool ran_again = false;
   // Called exactly once, on the pool's strand, with the job itself; it must hand the
   // response's encoding to another executor (the HTTP session's).
   std::function<void(std::shared_ptr<ExecuteJob>, JobOutcome)> done;

@@ -36,12 +36,19 @@ int main(int argc, char** argv) {
                  "it strictly sequential, 4 gave 1.6 times as many fresh programs per second on an H200)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  app.add_option("--cuda-connections", config.cuda_connections,
-                 "GPU server: CUDA_DEVICE_MAX_CONNECTIONS of the workers (1-32; 0 keeps CUDA's default "
-                 "of 8). 1 makes fresh workers more than twice as fast to prepare, but work on different "
-                 "CUDA streams then shares one hardware queue and may run less concurrently")
-      ->check(CLI::Range(0, 32))
-      ->capture_default_str();
+  app.add_option_function<std::string>(
+         "--cuda-connections",
+         [&config](const std::string& value) {
+           config.cuda_connections = value == "auto" ? std::nullopt : std::optional<int>(std::stoi(value));
+         },
+         "GPU server: CUDA_DEVICE_MAX_CONNECTIONS of the workers: the hardware queues of their CUDA "
+         "contexts (1-32; 0 keeps CUDA's default of 8). One queue makes a fresh worker's context more "
+         "than twice as fast to make, but work on different streams then runs one after the other. auto "
+         "(the default): one queue, and a program whose benchmark() finds a call's work on several "
+         "streams runs again, from the start, on a worker of CUDA's default queues, so that such a call "
+         "is timed as CUDA runs it")
+      ->check(CLI::IsMember({"auto"}) | CLI::Range(0, 32))
+      ->default_str("auto");
   app.add_option("--programs-per-worker", config.programs_per_worker,
                  "Programs a worker process runs before it is replaced; 1 gives every program a fresh "
                  "process (the default; more is faster but lets one program's state reach the next)")

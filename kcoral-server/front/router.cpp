@@ -204,7 +204,7 @@ HttpResponse finish_execute(const ExecuteJob& job, JobOutcome outcome, ServerSta
   record_execute(state, {job.request_id, job.client, answer.response.http_status, answer.status, {}, error_kind,
                          error_message, &job.admitted.program, outcome.timings,
                          std::chrono::duration<double>(Clock::now() - job.received).count(), job.request_bytes,
-                         answer.response.body.size(), job.tenant, outcome.worker_retired});
+                         answer.response.body.size(), job.tenant, outcome.worker_retired, job.ran_again});
   return make_response(std::move(answer.response), job.request_id, http_version, keep_alive);
 }
 
@@ -247,6 +247,8 @@ void record_execute(ServerState& state, const ExecuteRecord& record) {
   line["request_bytes"] = record.request_bytes;
   line["response_bytes"] = record.response_bytes;
   if (!record.worker_retired.empty()) line["worker_retired"] = std::string(record.worker_retired.substr(0, 300));
+  // Its first run's benchmark() found a call's work on several streams of a one-queue worker.
+  if (record.ran_again) line["ran_again"] = "multi_stream";
   // ASCII only: U+2028, U+2029 and U+0085 end a line for some readers (JavaScript's, and
   // Python's splitlines), so a client's text must not bring them in raw. Invalid UTF-8
   // becomes U+FFFD.

@@ -99,6 +99,8 @@ struct ExecuteRecord {
   std::optional<std::size_t> tenant = 0;
   // Why its reused worker takes no more programs, as the worker said (JobOutcome).
   std::string_view worker_retired = {};
+  // It ran a second time, on a worker of CUDA's default queues (ExecuteJob::ran_again).
+  bool ran_again = false;
 };
 void record_execute(ServerState& state, const ExecuteRecord& record);
 // A worker start that failed, for the event log: a line of its own, with `"event":

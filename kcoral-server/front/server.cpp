@@ -59,7 +59,6 @@ WorkerOptions worker_options(const ServerConfig& config) {
   out.preload = config.preload;
   out.programs_per_worker = config.programs_per_worker;
   out.reuse_check = config.reuse_check == "state";
-  out.cuda_connections = config.cuda_connections;
   out.sandboxed = config.sandbox == "namespaces";
   out.sandbox_policy = config.sandbox_policy;
   out.compile_cache_bytes = config.compile_cache_bytes;
@@ -141,6 +140,8 @@ Step<PoolShape> shape_pool(const ServerConfig& config) {
   // A result's frame holds its returned values' JSON and both captured streams.
   pool.max_message_bytes = config.max_response_bytes + 2 * config.max_output_limit_bytes + (1u << 20);
   pool.max_queued_per_tenant = config.max_queued_per_tenant;
+  // A CPU server's programs see the number asked for, if any, and have nothing to run again.
+  pool.cuda_connections = config.cuda_connections.value_or(0);
   if (config.device != "gpu") return shape;
   auto gpus = list_gpus();
   if (!gpus) return refuse(1, "--device gpu: " + gpus.error().message);
@@ -158,6 +159,21 @@ Step<PoolShape> shape_pool(const ServerConfig& config) {
   }
   pool.workers_per_group = config.workers_per_gpu;
   pool.max_gpus_per_program = std::min<std::size_t>(pool.groups.size(), kMaxGpuCount);
+  pool.cuda_connections = config.cuda_connections;
+  // The operator's own CUDA_DEVICE_MAX_CONNECTIONS (--program-env) is what every worker
+  // gets: no one-queue workers, and nothing to run again.
+  if (!pool.cuda_connections && std::any_of(config.program_environment.begin(), config.program_environment.end(),
+                                            [](const std::string& assignment) {
+                                              return assignment.starts_with("CUDA_DEVICE_MAX_CONNECTIONS=");
+                                            }))
+    pool.cuda_connections = 0;
+  if (!pool.cuda_connections)
+    std::fprintf(stderr, "kcoral-server: CUDA queues: one per worker's context (fresh contexts twice as fast); a "
+                         "program whose benchmark() times work on several streams runs again on a worker of CUDA's "
+                         "default queues (--cuda-connections)\n");
+  else
+    std::fprintf(stderr, "kcoral-server: CUDA queues: %s per worker's context (--cuda-connections)\n",
+                 *pool.cuda_connections == 0 ? "CUDA's default" : std::to_string(*pool.cuda_connections).c_str());
   return shape;
 }
 
@@ -166,12 +182,12 @@ Step<PoolShape> shape_pool(const ServerConfig& config) {
 // the sandbox's user ids. Returns the descriptor limit.
 Step<std::uint64_t> fit_descriptors_and_users(ServerConfig& config, const WorkerPool::Config& pool) {
   std::uint64_t descriptor_limit = raise_descriptor_limit();
-  // Per GPU, its prepared workers and those making contexts; per set group, the most of
-  // its workers that run or start at once (WorkerPool: workers_per_group), forked only
-  // for programs of several GPUs, so a bound rarely reached.
-  std::size_t set_groups = gpu_blocks(pool.groups.size(), pool.max_gpus_per_program).size();
-  std::size_t workers = pool.groups.size() * (pool.workers_per_group + pool.context_inits_at_once) +
-                        set_groups * pool.workers_per_group;
+  // Per GPU, its prepared workers and those making contexts; per set or rerun group, the
+  // most of its workers that run or start at once (WorkerPool: workers_per_group), forked
+  // only for programs of several GPUs or run again, so a bound rarely reached.
+  std::size_t workers = pool.groups.size() * (pool.workers_per_group + pool.context_inits_at_once);
+  for (const WorkerGroup& group : worker_groups(pool.groups, pool.max_gpus_per_program, pool.cuda_connections))
+    if (group.on_demand) workers += pool.workers_per_group;
   DescriptorPlan plan = plan_descriptors(descriptor_limit, config.max_connections, config.blob_cache_max_files, workers);
   if (plan.max_connections == 0)
     return refuse(1, "the descriptor limit of " + std::to_string(descriptor_limit) + " is too low for " +

@@ -28,7 +28,9 @@ struct ServerConfig {
   // GPU workers' CUDA_DEVICE_MAX_CONNECTIONS; 0 leaves CUDA's default (8), or what
   // --program-env gives. Fewer hardware queues make contexts about twice as fast to create and
   // destroy (benchmarks/gpu/results), at the cost of false dependencies between streams.
-  int cuda_connections = 0;
+  // nullopt (auto): one queue, and a program whose benchmark() timed work on several
+  // streams runs again on a worker of CUDA's default queues (worker_groups.hpp).
+  std::optional<int> cuda_connections;
   double default_timeout_seconds = 300;
   double max_timeout_seconds = 900;
   double queue_timeout_seconds = 1800;

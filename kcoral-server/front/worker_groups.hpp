@@ -11,6 +11,11 @@
 // it (its start takes a fork and n CUDA contexts, and most programs want one GPU).
 // A group's GPUs are indices into the server's GPU list (the lease indices); on a CPU
 // server, its one group names index 0, which no worker leases.
+// With --cuda-connections auto, the per-GPU groups' workers make CUDA contexts of one
+// hardware queue (twice as fast to make and tear down), and each GPU has a rerun group
+// too: on demand, of CUDA's default queues, where a program runs again when its
+// benchmark() found a call's work on several streams, which one queue would have run one
+// after the other (kcoral/benchmark.hpp). Set groups always have CUDA's default queues.
 //
 //   auto groups = worker_groups({"GPU-a", "GPU-b"}, 2);  // two per-GPU groups, then {0,1}
 //   std::size_t group = least_loaded_block(groups, 2, programs_on_each_gpu);
@@ -28,7 +33,12 @@ struct WorkerGroup {
   // by commas in order; empty on a CPU server.
   std::string visible_devices;
   std::vector<std::size_t> gpus = {0};  // its GPUs' positions in the server's list, ascending
-  bool on_demand = false;               // a set group: no worker prepared ahead
+  bool on_demand = false;               // a set or rerun group: no worker prepared ahead
+  // CUDA_DEVICE_MAX_CONNECTIONS of its workers: their contexts' hardware queues (0: CUDA's
+  // default of 8).
+  int cuda_connections = 0;
+  // A one-queue group's rerun group (see above); nullopt for every other group.
+  std::optional<std::size_t> rerun_group = std::nullopt;
 };
 
 // The aligned blocks of n consecutive GPUs of `gpus`, for each n from 2 to
@@ -36,13 +46,16 @@ struct WorkerGroup {
 [[nodiscard]] std::vector<std::vector<std::size_t>> gpu_blocks(std::size_t gpus, std::size_t max_per_program);
 
 // The groups of a pool: one per entry of `per_gpu` (the prepared groups, group i on GPU i),
-// then one per block of gpu_blocks(per_gpu.size(), max_per_program).
+// then one per block of gpu_blocks(per_gpu.size(), max_per_program), then, with
+// `cuda_connections` nullopt (auto), the rerun group of each GPU. Otherwise every worker's
+// contexts have `cuda_connections` queues (0: CUDA's default).
 [[nodiscard]] std::vector<WorkerGroup> worker_groups(const std::vector<std::string>& per_gpu,
-                                                     std::size_t max_per_program);
+                                                     std::size_t max_per_program,
+                                                     std::optional<int> cuda_connections = 0);
 
-// The set group of `size` GPUs a program goes to: the one whose GPUs have the fewest
-// programs running or waiting on them now (`programs_on_gpu`, by GPU), summed over its
-// GPUs; ties go to the lowest index. Nullopt when no set group has that size.
+// The set group of `size` (2 or more) GPUs a program goes to: the one whose GPUs have the
+// fewest programs running or waiting on them now (`programs_on_gpu`, by GPU), summed over
+// its GPUs; ties go to the lowest index. Nullopt when no set group has that size.
 [[nodiscard]] std::optional<std::size_t> least_loaded_block(const std::vector<WorkerGroup>& groups, std::size_t size,
                                                             const std::vector<std::size_t>& programs_on_gpu);
 

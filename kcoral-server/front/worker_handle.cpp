@@ -238,13 +238,14 @@ void WorkerHandle::on_result(messages::RunResult message, std::vector<UniqueFd> 
     return let_go();
   }
   bool continues = message.continues;
+  bool multi_stream = message.multi_stream;
   std::string retired = continues ? std::string() : std::move(message.retired);
   auto result = decode_result(std::move(message), std::move(fds));
   if (!result) return violation(result.error().message);
   // Whether the worker takes another program is the front's call as much as the worker's.
   bool recycle = continues && ++programs_run_ < limits_.programs;
   if (recycle) state_ = State::recycling;
-  finish(std::move(*result), std::move(retired));
+  finish(std::move(*result), std::move(retired), multi_stream);
   if (!recycle) let_go();
 }
 
@@ -422,7 +423,7 @@ void WorkerHandle::crashed(const std::string& how, const std::optional<std::stri
   let_go();
 }
 
-void WorkerHandle::finish(Result<ProgramResult> result, std::string worker_retired) {
+void WorkerHandle::finish(Result<ProgramResult> result, std::string worker_retired, bool multi_stream) {
   std::shared_ptr<ExecuteJob> job = std::move(job_);
   if (!job) return;
   deadline_.cancel();
@@ -433,7 +434,8 @@ void WorkerHandle::finish(Result<ProgramResult> result, std::string worker_retir
   LeaseTimes lease = leases_.finish(gpus_, pid_);
   ResponseTimings timings{ms_between(job->received, dispatched_), ms_between(dispatched_, Clock::now()),
                           lease.wait_ms, lease.held_ms};
-  events_.finished(shared_from_this(), std::move(job), {std::move(result), timings, std::move(worker_retired)});
+  events_.finished(shared_from_this(), std::move(job),
+                   {std::move(result), timings, std::move(worker_retired), {}, multi_stream});
 }
 
 void WorkerHandle::discard() {

@@ -137,7 +137,7 @@ class WorkerHandle : public std::enable_shared_from_this<WorkerHandle> {
   void crashed(const std::string& how, const std::optional<std::string>& failure = std::nullopt);
   void start_failed(const std::string& why, bool timed_out = false);
   void arm_ready_deadline(Clock::duration remaining);
-  void finish(Result<ProgramResult> result, std::string worker_retired = {});
+  void finish(Result<ProgramResult> result, std::string worker_retired = {}, bool multi_stream = false);
   void let_go();
   void kill_tree() const;
 

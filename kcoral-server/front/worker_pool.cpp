@@ -33,7 +33,7 @@ std::string joined(const std::vector<int>& ids) {
 WorkerPool::WorkerPool(boost::asio::io_context& io, Config config)
     : strand_(boost::asio::make_strand(io)),
       config_(std::move(config)),
-      groups_(worker_groups(config_.groups, config_.max_gpus_per_program)),
+      groups_(worker_groups(config_.groups, config_.max_gpus_per_program, config_.cuda_connections)),
       leases_(config_.groups.size(), config_.context_inits_at_once),
       supply_(strand_,
               {groups_, config_.workers_per_group, config_.context_inits_at_once,
@@ -106,8 +106,16 @@ bool WorkerPool::enqueue(std::shared_ptr<ExecuteJob> job, bool put_back) {
   queued_gpus_ += gpus_of(*job);
   // The queue timeout counts from the request's arrival, also for a job put back, and
   // goes on while the job awaits a worker of its set group (which may have no room).
-  waiting.expires_at(job->received + seconds_duration(config_.queue_timeout_seconds));
-  waiting.async_wait([this, job](boost::system::error_code ec) {
+  wait_at_most(waiting, job, job->received + seconds_duration(config_.queue_timeout_seconds));
+  publish_load();
+  return true;
+}
+
+// Answers `job` busy at `deadline` unless it has left the queue or the awaiting jobs by then.
+void WorkerPool::wait_at_most(boost::asio::steady_timer& timer, const std::shared_ptr<ExecuteJob>& job,
+                              Clock::time_point deadline) {
+  timer.expires_at(deadline);
+  timer.async_wait([this, job](boost::system::error_code ec) {
     if (ec || !withdraw(job)) return;
     want_set_workers();
     publish_load();
@@ -115,8 +123,6 @@ bool WorkerPool::enqueue(std::shared_ptr<ExecuteJob> job, bool put_back) {
                                            seconds_text(config_.queue_timeout_seconds)),
                  {ms_since(job->received), 0, 0, 0}});
   });
-  publish_load();
-  return true;
 }
 
 WorkerPool::Queued WorkerPool::pop_queued() {
@@ -390,21 +396,42 @@ void WorkerPool::on_set_start_failed(const WorkerSupply::StartEnd& end) {
   std::vector<int> ids = gpu_ids_of(end.group);
   std::string gpus = std::to_string(groups_[end.group].gpus.size()) + " GPUs" +
                      (ids.empty() ? std::string() : " (--gpus " + joined(ids) + ")");
-  answer(queued.job, {fail(ErrorKind::engine, "the worker for this program's " + gpus + " failed to start: " +
-                                                  *end.failure),
+  std::string worker = queued.job->ran_again ? "the worker of CUDA's default queues that was to run this program "
+                                               "again (a benchmark() call of it ran on several streams)"
+                                             : "the worker for this program's " + gpus;
+  answer(queued.job, {fail(ErrorKind::engine, worker + " failed to start: " + *end.failure),
                       {ms_since(queued.job->received), 0, 0, 0}});
   dispatch();
 }
 
 void WorkerPool::on_finished(const WorkerPtr& worker, std::shared_ptr<ExecuteJob> job, JobOutcome outcome) {
   --running_[worker->group()];
-  queue_.finished(job->tenant);
   if (config_.compile_caches != nullptr) config_.compile_caches->trim(job->tenant);
+  // Once, and only from a one-queue worker: a worker can say anything, and a program
+  // that says it of itself only makes its own tenant wait.
+  std::optional<std::size_t> rerun = groups_[worker->group()].rerun_group;
+  if (outcome.multi_stream && rerun && !job->ran_again && !draining_) {
+    run_again(std::move(job), *rerun);
+    return dispatch();
+  }
+  queue_.finished(job->tenant);
   outcome.gpu_ids = gpu_ids_of(worker->group());
   publish_load();
   answer(std::move(job), std::move(outcome));
   if (draining_) return check_drained();
   dispatch();
+}
+
+// The job runs again, on a worker of `group` (a rerun group) forked for it, as a set
+// group's job does: it still counts as running for its tenant, and waits for that worker
+// at most the queue timeout, counted anew.
+void WorkerPool::run_again(std::shared_ptr<ExecuteJob> job, std::size_t group) {
+  job->ran_again = true;
+  auto timer = std::make_unique<boost::asio::steady_timer>(strand_);
+  wait_at_most(*timer, job, Clock::now() + seconds_duration(config_.queue_timeout_seconds));
+  awaiting_.push_back({{std::move(job), std::move(timer)}, group});
+  want_set_workers();
+  publish_load();
 }
 
 void WorkerPool::on_gone(const WorkerPtr& worker) {

@@ -20,6 +20,10 @@
 // other; a failed start answers the first job awaiting its group `engine` with the reason.
 // At most workers_per_group jobs of a set group run or have a worker starting at once;
 // further ones await a place, their queue timeout still running.
+// With one-queue workers (--cuda-connections auto), a program whose benchmark() refused a
+// call that ran on several streams (JobOutcome::multi_stream) runs again, once, as a set
+// group's program does: on a worker of its GPU's rerun group (CUDA's default queues)
+// forked for it; its first result is dropped.
 // Every mutation happens on the pool's strand; submit(), drain(), load(), versions(),
 // ready() and startup_error() may be called from any thread. A job's `done` runs on the
 // strand and must hand heavy work (encoding the response) elsewhere.
@@ -69,6 +73,10 @@ class WorkerPool {
     // GPU: workers of one GPU that make their CUDA context at the same time. Contexts take
     // a quarter second or more to make; with fresh workers this bounds programs/s.
     std::size_t context_inits_at_once = 1;
+    // The hardware queues of the workers' CUDA contexts (worker_groups.hpp): nullopt for
+    // one queue and a rerun group per GPU (--cuda-connections auto); else CUDA_DEVICE_MAX_CONNECTIONS
+    // (0: CUDA's default). Only 0 on a CPU server.
+    std::optional<int> cuda_connections = 0;
     double queue_timeout_seconds = 1800;
     std::size_t tenants = 1;                // jobs' tenants are 0 to tenants - 1
     std::size_t max_queued_per_tenant = 256;
@@ -143,6 +151,9 @@ class WorkerPool {
 
   // False when the job's tenant has its most waiting (never for a job put back).
   [[nodiscard]] bool enqueue(std::shared_ptr<ExecuteJob> job, bool put_back);
+  void wait_at_most(boost::asio::steady_timer& timer, const std::shared_ptr<ExecuteJob>& job,
+                    std::chrono::steady_clock::time_point deadline);
+  void run_again(std::shared_ptr<ExecuteJob> job, std::size_t group);
   [[nodiscard]] Queued pop_queued();
   [[nodiscard]] std::vector<Queued> take_all_queued();
   // Takes `job` out of the queue or the awaiting jobs, whichever holds it.

@@ -80,7 +80,8 @@ void WorkerSupply::top_up() {
     }
     for (; prepared[group] < wanted; ++prepared[group]) {
       pending_forks_.push_back(group);
-      zygote_->request_fork(config_.groups[group].visible_devices);
+      const WorkerGroup& of = config_.groups[group];
+      zygote_->request_fork({of.visible_devices, of.cuda_connections, of.rerun_group.has_value()});
     }
   }
 }

@@ -124,10 +124,10 @@ Status ZygoteHandle::start() {
   return {};
 }
 
-void ZygoteHandle::request_fork(const std::string& visible_devices) {
+void ZygoteHandle::request_fork(const messages::Fork& fork) {
   if (!channel_.valid()) return;
   ++forks_asked_;
-  if (!messages::send(channel_, messages::Fork{visible_devices})) lost("the worker parent stopped answering");
+  if (!messages::send(channel_, fork)) lost("the worker parent stopped answering");
 }
 
 void ZygoteHandle::stop() {

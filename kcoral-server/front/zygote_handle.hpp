@@ -89,9 +89,8 @@ class ZygoteHandle {
   ~ZygoteHandle();
 
   [[nodiscard]] Status start();
-  // Asks for one more prepared child, to run with CUDA_VISIBLE_DEVICES set to
-  // `visible_devices` (a GPU's UUID; empty on a CPU server).
-  void request_fork(const std::string& visible_devices);
+  // Asks for one more prepared child, of the kind `fork` says (its GPUs and CUDA queues).
+  void request_fork(const messages::Fork& fork);
   // Ends the zygote: closes its channel, on which it kills its children and exits, and
   // waits for that on the strand (escalating to SIGTERM, then SIGKILL), never blocking it.
   // The destructor waits for what still exits then, at most three seconds.

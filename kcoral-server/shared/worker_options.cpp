@@ -28,7 +28,6 @@ std::vector<std::string> WorkerOptions::to_argv() const {
       "--preload", joined(preload),
       "--programs-per-worker", std::to_string(programs_per_worker),
       "--reuse-check", reuse_check ? "state" : "none",
-      "--cuda-connections", std::to_string(cuda_connections),
       "--sandbox", sandboxed ? "namespaces" : "none",
       "--memory-limit-bytes", std::to_string(sandbox_policy.memory_bytes),
       "--file-size-limit-bytes", std::to_string(sandbox_policy.file_size_bytes),
@@ -53,7 +52,6 @@ Result<WorkerOptions> WorkerOptions::parse(const std::vector<std::string>& argum
   app.add_option("--preload", out.preload)->required()->delimiter(',');
   app.add_option("--programs-per-worker", out.programs_per_worker)->required()->check(CLI::PositiveNumber);
   app.add_option("--reuse-check", reuse_check)->required()->check(CLI::IsMember({"state", "none"}));
-  app.add_option("--cuda-connections", out.cuda_connections)->required()->check(CLI::Range(0, 32));
   app.add_option("--sandbox", sandbox)->required()->check(CLI::IsMember({"namespaces", "none"}));
   app.add_option("--memory-limit-bytes", out.sandbox_policy.memory_bytes)->required()->check(CLI::NonNegativeNumber);
   app.add_option("--file-size-limit-bytes", out.sandbox_policy.file_size_bytes)->required()->check(CLI::NonNegativeNumber);

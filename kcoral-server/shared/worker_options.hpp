@@ -22,7 +22,6 @@ struct WorkerOptions {
   std::vector<std::string> preload;  // modules the worker parent imports before it forks
   std::size_t programs_per_worker = 1;
   bool reuse_check = true;   // a reused worker's state is checked between programs
-  int cuda_connections = 0;  // > 0: CUDA_DEVICE_MAX_CONNECTIONS of the workers
   // The sandbox (worker/sandbox.hpp); kcoral-server's --help explains each.
   bool sandboxed = true;  // --sandbox namespaces; false: none
   SandboxPolicy sandbox_policy;

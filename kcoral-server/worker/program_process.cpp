@@ -6,6 +6,9 @@
 #include <optional>
 #include <set>
 
+#ifdef KCORAL_HAVE_CUDA
+#include "kcoral/benchmark.hpp"
+#endif
 #include "process_tree.hpp"
 #include "remote_lease.hpp"
 #include "reuse_baseline.hpp"
@@ -111,6 +114,15 @@ std::optional<std::string> retirement(const ProgramResult& result, bool left_pro
   return baseline->departure(ReuseBaseline::capture(executor, answer));
 }
 
+// Whether the program's benchmark() refused a call for its streams (kcoral/benchmark.hpp).
+bool refused_multi_stream() {
+#ifdef KCORAL_HAVE_CUDA
+  return gpu::take_multi_stream_refusal();
+#else
+  return false;
+#endif
+}
+
 Status send_result(Courier& courier, const ProgramResult& result, bool continues, std::string retired) {
   messages::RunResult message{continues,
                        result.results_json,
@@ -121,7 +133,8 @@ Status send_result(Courier& courier, const ProgramResult& result, bool continues
                        result.elapsed_ms,
                        {},
                        std::nullopt,
-                       std::move(retired)};
+                       std::move(retired),
+                       refused_multi_stream()};
   if (const auto& error = result.error) {
     message.error = messages::ErrorDetail{error->kind, error->message, error->instruction_index,
                                       error->instruction_op, error->traceback, error->instruction_id,
@@ -144,6 +157,9 @@ int serve_programs(Executor& executor, Courier& courier, const ProgramProcessOpt
   // Before the first program arrives, not after: this worker was forked ahead of time.
   executor.warm_up(options.work_root);
   if (options.gpu) {
+#ifdef KCORAL_HAVE_CUDA
+    gpu::refuse_multi_stream_calls(options.refuse_multi_stream);
+#endif
     if (auto status = prepare_gpu(executor, courier); !status) {
       (void)courier.send(messages::Failed{status.error().message});
       return 1;

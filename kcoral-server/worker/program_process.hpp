@@ -17,6 +17,10 @@ struct ProgramProcessOptions {
   // Between programs, retire unless the worker's state is back to its baseline
   // (reuse_baseline.hpp); off: reuse in full trust.
   bool check_reuse = true;
+  // Its CUDA contexts have one hardware queue: benchmark() refuses calls whose work ran on
+  // several streams, and the result says so (kcoral/benchmark.hpp), for the front to run
+  // the program again on a worker of CUDA's default queues.
+  bool refuse_multi_stream = false;
 };
 
 // Warms up (and on a GPU makes its context), announces readiness, then for each program:

@@ -12,6 +12,7 @@
 
 #include <fcntl.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cstdlib>
@@ -95,7 +96,7 @@ int Zygote::serve(int signal_fd, std::map<std::string, std::string> versions) {
       auto received = messages::receive(control_);
       if (!received) break;  // the front is gone (or speaks nonsense)
       if (*received)
-        if (auto* fork = std::get_if<messages::Fork>(&(*received)->message)) fork_worker(signal_fd, fork->visible_devices);
+        if (auto* fork = std::get_if<messages::Fork>(&(*received)->message)) fork_worker(signal_fd, *fork);
     }
   }
   for (pid_t pid : workers_) ::kill(pid, SIGKILL);
@@ -107,7 +108,8 @@ int Zygote::serve(int signal_fd, std::map<std::string, std::string> versions) {
 
 std::string Zygote::worker_root(pid_t pid) const { return options_.flags.work_root + "/" + std::to_string(pid); }
 
-void Zygote::fork_worker(int signal_fd, const std::string& visible_devices) {
+void Zygote::fork_worker(int signal_fd, const messages::Fork& fork) {
+  const std::string& visible_devices = fork.visible_devices;
   auto pair = Channel::socket_pair();
   if (!pair) return fork_failed(pair.error().message);
   auto pid = fork_child([&] {
@@ -127,7 +129,7 @@ void Zygote::fork_worker(int signal_fd, const std::string& visible_devices) {
       spec.compile_cache_bytes = options_.flags.compile_cache_bytes;
     }
     spec.visible_devices = visible_devices;
-    spec.cuda_connections = options_.flags.cuda_connections;
+    spec.cuda_connections = static_cast<int>(std::clamp<std::int64_t>(fork.cuda_connections, 0, 32));
     spec.operator_variables = options_.program_environment;
     EnvironmentVariables environment = program_environment(spec);
     cpython::replace_environment(environment);
@@ -149,7 +151,8 @@ void Zygote::fork_worker(int signal_fd, const std::string& visible_devices) {
     auto courier = Courier::start(channel.release_socket());
     if (!courier) ::_exit(1);
     std::string root = sandboxed_root->empty() ? worker_root(::getpid()) : *sandboxed_root;
-    ProgramProcessOptions process{root, options_.flags.device == "gpu", options_.flags.programs_per_worker, options_.flags.reuse_check};
+    ProgramProcessOptions process{root, options_.flags.device == "gpu", options_.flags.programs_per_worker,
+                                  options_.flags.reuse_check, fork.refuse_multi_stream};
     ::_exit(serve_programs(executor_, **courier, process));
   });
   if (!pid) return fork_failed(pid.error().message);

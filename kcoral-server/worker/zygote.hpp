@@ -22,6 +22,7 @@
 
 #include "channel.hpp"
 #include "kcoral/executor.hpp"
+#include "messages.hpp"
 #include "program_environment.hpp"
 #include "sandbox.hpp"
 #include "worker_options.hpp"
@@ -50,7 +51,7 @@ class Zygote {
 
  private:
   [[nodiscard]] std::string worker_root(pid_t pid) const;
-  void fork_worker(int signal_fd, const std::string& visible_devices);
+  void fork_worker(int signal_fd, const messages::Fork& fork);
   void reap();
   void fork_failed(const std::string& message);
 

@@ -80,4 +80,14 @@ using BenchmarkCall = std::function<Status()>;
 // run_benchmark to report.
 void prepare_benchmark();
 
+// For a process whose CUDA contexts have one hardware queue (CUDA_DEVICE_MAX_CONNECTIONS=1:
+// a kcoral-server worker made fast to start), where work on two streams runs one after
+// the other instead of side by side. With `refuse` on, run_benchmark refuses calls whose
+// timed work ran on more than one stream of a device (a `runtime` error that says why) and
+// notes it; the server then runs the whole program again on a worker with CUDA's default
+// queues, so that a multi-stream call is timed as CUDA would run it.
+void refuse_multi_stream_calls(bool refuse);
+// Whether a run_benchmark refused such a call since the last take (and clears it).
+[[nodiscard]] bool take_multi_stream_refusal();
+
 }  // namespace kcoral::gpu

@@ -35,22 +35,22 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
       case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
         auto* kernel = reinterpret_cast<CUpti_ActivityKernel10*>(record);
         found.push_back({GpuActivity::Kind::kernel, kernel->start, kernel->end,
-                         kernel->name != nullptr ? kernel->name : "kernel", kernel->deviceId});
+                         kernel->name != nullptr ? kernel->name : "kernel", kernel->deviceId, kernel->streamId});
         break;
       }
       case CUPTI_ACTIVITY_KIND_MEMCPY: {
         auto* copy = reinterpret_cast<CUpti_ActivityMemcpy6*>(record);
-        found.push_back({GpuActivity::Kind::memcpy, copy->start, copy->end, "memcpy", copy->deviceId});
+        found.push_back({GpuActivity::Kind::memcpy, copy->start, copy->end, "memcpy", copy->deviceId, copy->streamId});
         break;
       }
       case CUPTI_ACTIVITY_KIND_MEMCPY2: {
         auto* copy = reinterpret_cast<CUpti_ActivityMemcpyPtoP4*>(record);
-        found.push_back({GpuActivity::Kind::memcpy, copy->start, copy->end, "memcpy", copy->deviceId});
+        found.push_back({GpuActivity::Kind::memcpy, copy->start, copy->end, "memcpy", copy->deviceId, copy->streamId});
         break;
       }
       case CUPTI_ACTIVITY_KIND_MEMSET: {
         auto* set = reinterpret_cast<CUpti_ActivityMemset4*>(record);
-        found.push_back({GpuActivity::Kind::memset, set->start, set->end, "memset", set->deviceId});
+        found.push_back({GpuActivity::Kind::memset, set->start, set->end, "memset", set->deviceId, set->streamId});
         break;
       }
       default:

@@ -23,6 +23,7 @@ struct GpuActivity {
   std::uint64_t end_ns = 0;
   std::string name;  // kernel name; "memcpy"/"memset" otherwise
   std::uint32_t device = 0;  // the CUDA device (ordinal) it ran on
+  std::uint32_t stream = 0;  // CUPTI's id of the stream it ran on (unique within its context)
 };
 
 class ActivityRecorder {

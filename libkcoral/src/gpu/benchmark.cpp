@@ -2,6 +2,7 @@
 #include "kcoral/benchmark.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -10,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <numeric>
+#include <set>
 #include <vector>
 
 #include "activity_recorder.hpp"
@@ -21,6 +23,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr std::int64_t kMaxCalls = 100000;
+
+std::atomic<bool> refuse_multi_stream{false};
+std::atomic<bool> multi_stream_refused{false};
 
 // The buffer zeroed before each call so that no call finds the previous one's data in L2.
 class L2Flusher {
@@ -139,6 +144,7 @@ struct CallTrace {
   double span_ms = 0;
   std::vector<std::string> activities;  // kinds and names, in start order
   std::map<std::uint32_t, double> device_span_ms;  // each device's first activity to its last
+  std::size_t most_streams = 0;  // on any one device
 };
 
 double percentile(std::vector<double> sorted, double fraction) {
@@ -269,11 +275,14 @@ Result<BenchmarkReport> run_benchmark(const BenchmarkCall& call, const Benchmark
     while (next != activities.end() && next->start_ns < from) ++next;  // flushes, strays
     CallTrace trace;
     std::map<std::uint32_t, std::pair<std::uint64_t, std::uint64_t>> device_window;  // first start, last end
+    std::map<std::uint32_t, std::set<std::uint32_t>> device_streams;
     for (; next != activities.end() && next->start_ns <= to; ++next) {
       auto [window, first_here] = device_window.try_emplace(next->device, next->start_ns, next->end_ns);
       if (!first_here) window->second.second = std::max(window->second.second, next->end_ns);
       trace.activities.push_back(next->name);
+      device_streams[next->device].insert(next->stream);
     }
+    for (const auto& [device, streams] : device_streams) trace.most_streams = std::max(trace.most_streams, streams.size());
     std::uint64_t first = UINT64_MAX, last = 0;
     for (const auto& [device, window] : device_window) {
       trace.device_span_ms[device] = static_cast<double>(window.second - window.first) / 1e6;
@@ -284,6 +293,17 @@ Result<BenchmarkReport> run_benchmark(const BenchmarkCall& call, const Benchmark
     traces.push_back(std::move(trace));
   }
   if (!loop) return std::unexpected(loop.error());
+  if (refuse_multi_stream.load()) {
+    std::size_t most = 0;
+    for (const CallTrace& trace : traces) most = std::max(most, trace.most_streams);
+    if (most > 1) {
+      multi_stream_refused = true;
+      return fail(ErrorKind::runtime,
+                  "benchmark: a call ran work on " + std::to_string(most) + " streams of one GPU, and this "
+                  "worker's CUDA context has one hardware queue, which would run them one after the other; "
+                  "the server runs this program again on a worker with CUDA's default queues");
+    }
+  }
 
   std::vector<double> spans;
   for (const CallTrace& trace : traces)
@@ -334,5 +354,9 @@ void prepare_benchmark() {
   if (auto recorder = ActivityRecorder::get(); recorder) (void)(*recorder)->record();
   if (std::string uuid = current_device_uuid(*cuda); !uuid.empty()) (void)sm_clock_mhz(uuid);
 }
+
+void refuse_multi_stream_calls(bool refuse) { refuse_multi_stream = refuse; }
+
+bool take_multi_stream_refusal() { return multi_stream_refused.exchange(false); }
 
 }  // namespace kcoral::gpu

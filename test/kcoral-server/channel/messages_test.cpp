@@ -23,8 +23,8 @@ namespace {
 std::vector<messages::Message> one_of_each() {
   messages::RunResult result{true, R"({"out":{"type":"int","value":"1"}})", "out ü", true, "err", false, 12.5, {3, 0, 7},
                       messages::ErrorDetail{kcoral::ErrorKind::runtime, "boom", 2, "run", "Traceback...", "r", "cuLaunchKernel", "x.py:3"},
-                      "threads: 3 after the program, 2 before"};
-  return {messages::Fork{"GPU-1234"},
+                      "threads: 3 after the program, 2 before", true};
+  return {messages::Fork{"GPU-1234", 1, true},
           messages::ZygoteReady{{{"python", "3.11"}, {"numpy", "2.0"}}},
           messages::Forked{4242},
           messages::Exited{4242, std::nullopt, 9, true},
@@ -185,7 +185,7 @@ TEST_CASE("nesting past a message's own and floods of values are refused as they
   }
   // The error object is as deep as a message goes.
   auto failed = messages::decode(result_head + R"("part_sizes":[],"error":{"kind":"runtime","message":"m","index":0,)"
-                                           R"("op":"run","traceback":""},"retired":""})",
+                                           R"("op":"run","traceback":""},"retired":"","multi_stream":false})",
                              0);
   CHECK(failed.has_value());
 }
@@ -194,7 +194,7 @@ TEST_CASE("a message with other than its own descriptors is refused") {
   CHECK(refusal(R"({"type":"ready"})", 1) == "a 'ready' message came with 1 descriptors instead of 0");
   CHECK(refusal(R"({"type":"blobs","digests":["a","b"],"files":[0,1],"offsets":[0,0],"sizes":[1,1],"file_count":2})", 1).find("instead of 2") != std::string::npos);
   CHECK(refusal(R"({"type":"forked","pid":5})", 0).find("instead of 2") != std::string::npos);
-  std::string result = messages::encode(messages::RunResult{false, "{}", "", false, "", false, 0, {4}, std::nullopt, ""});
+  std::string result = messages::encode(messages::RunResult{false, "{}", "", false, "", false, 0, {4}, std::nullopt, "", false});
   CHECK(refusal(result, 0).find("instead of 1") != std::string::npos);
 }
 

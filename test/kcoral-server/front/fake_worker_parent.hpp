@@ -10,8 +10,13 @@
 // several GPUs) first sleeps $FAKE_SET_START_S seconds (0 by default), then says it
 // cannot start if $FAKE_SET_FAIL is set. A child that started says ready; with $FAKE_RUN
 // set it runs each program it is sent (progress 0, the GPU lease asked for, granted and
-// given back), answering with one returned value "devices", its CUDA_VISIBLE_DEVICES (the
-// group), and says ready again; without, it holds every program it is sent.
+// given back), answering with two returned values, "devices", its CUDA_VISIBLE_DEVICES (the
+// group), and "connections", its CUDA connections, and says ready again; without, it holds every
+// program it is sent. With $FAKE_MULTI_STREAM set, a child forked to refuse multi-stream
+// calls says each of its programs had one (RunResult::multi_stream); with
+// $FAKE_ALWAYS_MULTI_STREAM, every child says so, as a hostile worker may. With
+// $FAKE_RERUN_FAIL, a child of one GPU and CUDA's default queues (a rerun worker of a
+// one-queue pool) says it cannot start.
 #pragma once
 
 namespace kcoral::test {
@@ -40,7 +45,7 @@ def receive(sock):
     if not data:
         os._exit(0)
     return json.loads(data[1:])
-def run_programs(sock, group):
+def run_programs(sock, group, fork):
     while True:
         if receive(sock)["type"] != "run":
             continue
@@ -49,14 +54,21 @@ def run_programs(sock, group):
         while receive(sock)["type"] != "lease_granted":
             pass
         send(sock, {"type": "lease", "acquire": False})
-        results = {"devices": {"type": "str", "value": group}}
+        results = {"devices": {"type": "str", "value": group},
+                   "connections": {"type": "int", "value": str(fork["cuda_connections"])}}
+        multi_stream = bool(os.environ.get("FAKE_ALWAYS_MULTI_STREAM") or
+                            (os.environ.get("FAKE_MULTI_STREAM") and fork["refuse_multi_stream"]))
         send(sock, {"type": "result", "continues": True, "results": json.dumps(results), "stdout": "",
                     "stdout_truncated": False, "stderr": "", "stderr_truncated": False, "elapsed_ms": 1.0,
-                    "part_sizes": [], "retired": ""})
+                    "part_sizes": [], "retired": "", "multi_stream": multi_stream})
         send(sock, {"type": "ready"})
-def worker(sock, group):
+def worker(sock, fork):
+    group = fork["visible_devices"]
     if group.startswith("fail"):
         send(sock, {"type": "failed", "message": f"no device for {group}"})
+        os._exit(1)
+    if os.environ.get("FAKE_RERUN_FAIL") and fork["cuda_connections"] == 0 and "," not in group:
+        send(sock, {"type": "failed", "message": f"no devices for {group}"})
         os._exit(1)
     if "," in group:
         time.sleep(float(os.environ.get("FAKE_SET_START_S", "0")))
@@ -65,7 +77,7 @@ def worker(sock, group):
             os._exit(1)
     send(sock, {"type": "ready"})
     if os.environ.get("FAKE_RUN"):
-        run_programs(sock, group)
+        run_programs(sock, group, fork)
     while sock.recv(1 << 20, socket.MSG_TRUNC):
         pass
     os._exit(0)
@@ -104,7 +116,7 @@ while True:
                 os.setsid()
                 channel.close()
                 front.close()
-                worker(end, message["visible_devices"])
+                worker(end, message)
             end.close()
             pidfd = os.pidfd_open(pid)
             children[pidfd] = pid

@@ -46,6 +46,39 @@ TEST_CASE("groups: one per GPU, prepared; then one per block, on demand, seeing 
   CHECK_FALSE(cpu[0].on_demand);
 }
 
+TEST_CASE("one-queue workers (auto): per GPU one queue and a rerun group of CUDA's queues; sets keep CUDA's") {
+  auto groups = kcoral::worker_groups({"GPU-a", "GPU-b"}, 2, std::nullopt);
+  REQUIRE(groups.size() == 5);  // two per GPU, the pair, two rerun groups
+  for (std::size_t gpu = 0; gpu < 2; ++gpu) {
+    CAPTURE(gpu);
+    CHECK(groups[gpu].cuda_connections == 1);
+    REQUIRE(groups[gpu].rerun_group);
+    const kcoral::WorkerGroup& rerun = groups[*groups[gpu].rerun_group];
+    CHECK(*groups[gpu].rerun_group == 3 + gpu);
+    CHECK(rerun.on_demand);
+    CHECK(rerun.gpus == std::vector<std::size_t>{gpu});
+    CHECK(rerun.visible_devices == groups[gpu].visible_devices);
+    CHECK(rerun.cuda_connections == 0);
+    CHECK_FALSE(rerun.rerun_group);
+  }
+  CHECK(groups[2].gpus == std::vector<std::size_t>{0, 1});
+  CHECK(groups[2].cuda_connections == 0);
+  CHECK_FALSE(groups[2].rerun_group);
+  // A rerun group is never where a program of one GPU is sent first.
+  CHECK_FALSE(kcoral::least_loaded_block(groups, 1, {0, 0}));
+  CHECK(kcoral::least_loaded_block(groups, 2, {0, 0}) == 2u);
+  // A number: every worker has that many queues, and none runs a program again.
+  for (int connections : {0, 1, 4}) {
+    CAPTURE(connections);
+    auto fixed = kcoral::worker_groups({"GPU-a", "GPU-b"}, 2, connections);
+    REQUIRE(fixed.size() == 3);
+    for (const kcoral::WorkerGroup& group : fixed) {
+      CHECK(group.cuda_connections == connections);
+      CHECK_FALSE(group.rerun_group);
+    }
+  }
+}
+
 TEST_CASE("a program goes to the block of its size whose GPUs have the fewest programs; ties to the lowest") {
   // Groups 0-3 per GPU; 4 {0,1}, 5 {2,3}, 6 {0,1,2}, 7 {0,1,2,3}.
   auto groups = kcoral::worker_groups({"a", "b", "c", "d"}, 4);

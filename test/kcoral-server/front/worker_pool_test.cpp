@@ -8,7 +8,11 @@
 // runs in a worker that sees the block of n GPUs least busy, and is answered with their
 // --gpus indices; programs of one GPU go on while that worker starts; a failed start of it
 // answers the program `engine` with the reason, and the server is not failing for it; a
-// set group's worker runs one program even where workers are reused.
+// set group's worker runs one program even where workers are reused. With one-queue
+// workers (--cuda-connections auto), a program whose worker says a benchmark() call ran on
+// several streams runs again, once, on a worker of CUDA's default queues (a hostile
+// worker that always says so gets no third run), and a failed start of that worker
+// answers it `engine`; with a number of connections nothing runs again.
 #include <doctest/doctest.h>
 
 #include <boost/asio/io_context.hpp>
@@ -72,7 +76,8 @@ struct Harness {
   std::vector<std::size_t> failed_starts;              // each failed start's group
   std::vector<bool> failing_changes;
 
-  explicit Harness(std::vector<std::string> environment = {}, std::size_t programs_per_worker = 1) {
+  explicit Harness(std::vector<std::string> environment = {}, std::size_t programs_per_worker = 1,
+                   std::optional<int> cuda_connections = 0) {
     char made[] = "/tmp/kcoral-pool-test-XXXXXX";
     REQUIRE(::mkdtemp(made) != nullptr);
     directory = made;
@@ -81,6 +86,7 @@ struct Harness {
     std::filesystem::permissions(script, std::filesystem::perms::owner_all);
     kcoral::WorkerPool::Config config = four_gpus();
     config.programs_per_worker = programs_per_worker;
+    config.cuda_connections = cuda_connections;
     config.zygote.python = script.string();
     config.zygote.worker.work_root = (directory / "work").string();
     environment.push_back("FAKE_LOG=" + (directory / "log").string());
@@ -128,6 +134,16 @@ struct Harness {
     REQUIRE_FALSE(outcome.result.has_value());
     CHECK(outcome.result.error().kind == kind);
     return outcome.result.error().message;
+  }
+
+  // The CUDA_DEVICE_MAX_CONNECTIONS the program's worker had, as it returned it (0: CUDA's default).
+  std::string connections_of(const std::string& id) const {
+    return nlohmann::json::parse(answered.at(id).result->results_json)["connections"]["value"].get<std::string>();
+  }
+  std::size_t forks() const {
+    std::size_t count = 0;
+    for (const auto& line : log()) count += line[0] == "fork";
+    return count;
   }
 
   // The parent's log, as lines of words.
@@ -352,6 +368,56 @@ TEST_CASE("a set worker runs one program and is let go, also where workers are r
   CHECK(exits() == std::vector<std::string>{set_pid});
   h.submit("single-2");
   REQUIRE(h.pump([&] { return h.has("single-2"); }));
+}
+
+TEST_CASE("one-queue workers: a program whose benchmark() refused a multi-stream call runs again, once, on CUDA's "
+          "queues") {
+  // Every one-queue worker says its program had such a call; the rerun worker, of CUDA's
+  // default queues, runs it as asked.
+  Harness h({"FAKE_MULTI_STREAM=1"}, 1, std::nullopt);
+  h.submit("multi");
+  REQUIRE(h.pump([&] { return h.has("multi"); }));
+  CHECK(h.devices_of("multi").size() == 5);  // one GPU: that of the first run's group
+  CHECK(h.connections_of("multi") == "0");
+  CHECK(h.answered.at("multi").multi_stream == false);
+  CHECK(h.pool->load().running == 0);
+  // The tenant's count of running programs came back: another is served at once.
+  h.submit("next", {}, 0);
+  REQUIRE(h.pump([&] { return h.has("next"); }));
+  CHECK(h.connections_of("next") == "0");
+}
+
+TEST_CASE("one-queue workers: a hostile worker that always says so gets its program run twice, never more") {
+  Harness h({"FAKE_ALWAYS_MULTI_STREAM=1"}, 1, std::nullopt);
+  std::size_t before = h.forks();
+  h.submit("liar");
+  REQUIRE(h.pump([&] { return h.has("liar"); }));
+  // The second worker said it too: its answer is the program's, multi_stream and all.
+  CHECK(h.answered.at("liar").multi_stream);
+  CHECK(h.connections_of("liar") == "0");
+  for (int i = 0; i < 20; ++i) h.io.run_for(5ms);
+  // Two runs: the one-queue worker's replacement, and the one rerun worker.
+  CHECK(h.forks() - before <= 3);
+  CHECK(h.pool->load().running == 0);
+}
+
+TEST_CASE("with a number of CUDA connections, a worker that says its program had a multi-stream call is answered as it is") {
+  Harness h({"FAKE_ALWAYS_MULTI_STREAM=1"}, 1, 1);
+  h.submit("fixed");
+  REQUIRE(h.pump([&] { return h.has("fixed"); }));
+  CHECK(h.connections_of("fixed") == "1");
+  CHECK(h.answered.at("fixed").multi_stream);
+}
+
+TEST_CASE("one-queue workers: a rerun worker that fails to start answers the program engine, saying why") {
+  Harness h({"FAKE_MULTI_STREAM=1", "FAKE_RERUN_FAIL=1"}, 1, std::nullopt);
+  h.submit("multi");
+  REQUIRE(h.pump([&] { return h.has("multi"); }));
+  CHECK(h.error_of("multi", kcoral::ErrorKind::engine) ==
+        "the worker of CUDA's default queues that was to run this program again (a benchmark() call of it ran on "
+        "several streams) failed to start: no devices for gpu-a");
+  CHECK_FALSE(h.pool->start_counts().failing);
+  CHECK(h.pool->load().running == 0);
 }
 
 }  // TEST_SUITE

@@ -129,7 +129,7 @@ TEST_CASE("a worker parent that says ready and forks is heard, its workers held 
   REQUIRE(h.pump([&] { return !h.versions.empty(); }));
   CHECK(h.versions.at("python") == "fake");
   CHECK(h.handle->running());
-  h.handle->request_fork("");
+  h.handle->request_fork({});
   REQUIRE(h.pump([&] { return !h.workers.empty(); }));
   CHECK(h.workers[0].signal(0));  // the parent's child, alive, held by the pidfd it sent
   CHECK(h.failures.empty());
@@ -146,12 +146,12 @@ TEST_CASE("a worker parent that says ready and forks is heard, its workers held 
 TEST_CASE("a fork the worker parent could not make is heard as such, and the parent serves on") {
   Harness h("short");
   REQUIRE(h.pump([&] { return !h.versions.empty(); }));
-  h.handle->request_fork("");
+  h.handle->request_fork({});
   REQUIRE(h.pump([&] { return !h.fork_failures.empty(); }));
   CHECK(h.fork_failures[0] == "socketpair: Too many open files");
   CHECK(h.failures.empty());
   CHECK(h.handle->running());
-  h.handle->request_fork("");
+  h.handle->request_fork({});
   REQUIRE(h.pump([&] { return !h.workers.empty(); }));
   CHECK(h.workers[0].signal(0));
   CHECK(h.failures.empty());
@@ -169,7 +169,7 @@ TEST_CASE("a worker parent that sends the pidfd of another process for its worke
   Harness h("alien");
   REQUIRE(h.pump([&] { return !h.versions.empty(); }));
   pid_t parent = h.handle->pid();
-  h.handle->request_fork("");
+  h.handle->request_fork({});
   REQUIRE(h.pump([&] { return !h.failures.empty(); }));
   CHECK(h.failures[0].find("is not a pidfd of process") != std::string::npos);
   CHECK(h.workers.empty());

@@ -18,7 +18,6 @@ kcoral::WorkerOptions every_field_set() {
   options.preload = {"numpy", "tvm.script.tirx", "kcoral._native"};
   options.programs_per_worker = 64;
   options.reuse_check = false;
-  options.cuda_connections = 2;
   options.sandboxed = false;
   options.sandbox_policy.memory_bytes = std::uint64_t{8} << 30;
   options.sandbox_policy.file_size_bytes = 12345;
@@ -72,7 +71,6 @@ TEST_CASE("malformed values of the worker's options are refused") {
   };
   CHECK_FALSE(with("--device", "tpu"));
   CHECK_FALSE(with("--reuse-check", "maybe"));
-  CHECK_FALSE(with("--cuda-connections", "33"));
   CHECK_FALSE(with("--programs-per-worker", "0"));
   CHECK_FALSE(with("--memory-limit-bytes", "-1"));
   CHECK_FALSE(with("--sandbox-uid-range", "5"));

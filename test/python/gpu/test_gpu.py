@@ -3,7 +3,7 @@
 benchmarks/gpu/run.sh starts the server on the GPU machine and runs these there:
 the target and versions, CUDA tensors, the cpu_only guard (flags GPU use with the program
 it interfered with, lets device queries through), benchmark() (its report, its refusal of a call without GPU activity,
-selection through get_function), library uploads, lease times, and recovery from a
+selection through get_function, two streams timed side by side on a server of one-queue workers), library uploads, lease times, and recovery from a
 sticky CUDA error.
 """
 
@@ -149,6 +149,58 @@ def test_benchmark_budgets_count_whole_calls():
     report = result.results["out"]
     assert report["warmup"] == 1 and report["repeat"] == 1
     assert report["latency_ms_median"] > 5
+
+
+STREAMS = """
+import os
+import torch
+from kcoral.builtins import benchmark
+
+CYCLES = 4_000_000  # about 2 ms
+ONCE = {"warmup": 2, "repeat": 10, "flush_l2": False}
+
+
+def one_kernel():
+    return torch.cuda._sleep(CYCLES)
+
+
+def one_stream():
+    return {"one": benchmark(one_kernel, ONCE)["latency_ms_median"],
+            "queues": os.environ.get("CUDA_DEVICE_MAX_CONNECTIONS")}
+
+
+def two_streams():
+    first, second = torch.cuda.Stream(), torch.cuda.Stream()
+
+    def call():
+        with torch.cuda.stream(first):
+            torch.cuda._sleep(CYCLES)
+            torch.cuda._sleep(CYCLES)
+        with torch.cuda.stream(second):
+            torch.cuda._sleep(CYCLES)
+            torch.cuda._sleep(CYCLES)
+
+    print("run on", os.environ.get("CUDA_DEVICE_MAX_CONNECTIONS"), "queues")
+    return {"two": benchmark(call, ONCE)["latency_ms_median"], "one": benchmark(one_kernel, ONCE)["latency_ms_median"],
+            "queues": os.environ.get("CUDA_DEVICE_MAX_CONNECTIONS")}
+"""
+
+
+def test_a_two_stream_call_is_timed_side_by_side_as_cuda_runs_it():
+    # Two streams of two ~2 ms kernels each take about two kernels' time where they run side
+    # by side, three where one hardware queue makes the second stream's first kernel wait
+    # behind the first stream's second. A server of one-queue workers (--cuda-connections
+    # auto, the default) runs such a program again on a worker of CUDA's default queues; a
+    # program of one stream stays on its one-queue worker.
+    single = run(STREAMS, "one_stream")
+    assert single.completed, single.error
+    result = run(STREAMS, "two_streams")
+    assert result.completed, result.error
+    out = result.results["out"]
+    assert out["two"] < 2.5 * out["one"], out
+    if single.results["out"]["queues"] == "1":
+        assert out["queues"] is None, out  # it ran again, on CUDA's default queues
+        assert result.stdout.count("run on") == 1, result.stdout  # the first run's output is not kept
 
 
 def test_benchmark_selected_with_get_function():
