@@ -22,6 +22,7 @@ import json
 import os
 import random
 import socket
+import subprocess
 from collections import Counter
 from collections.abc import Callable
 
@@ -238,32 +239,52 @@ def answered(answer: bytes) -> bool:
         return True
 
 
+class Stuck(Exception):
+    """The server neither answered nor closed a connection in ANSWER_TIMEOUT_S."""
+
+
+def connection_state(sock: socket.socket) -> str:
+    """Both ends of `sock` as the kernel sees them (queues, timers, TCP state)."""
+    port = sock.getsockname()[1]
+    return subprocess.run(["ss", "-tanoi", f"( sport = :{port} or dport = :{port} )"],
+                          capture_output=True, text=True, check=False).stdout
+
+
 def exchange(server: Server, data: bytes) -> bytes:
     """Sends `data` on a fresh connection and returns what came back until the server
     closed it (which it may do before reading everything). The sending side is ended at
     once where `data` holds no whole request, else after the first final answer has come:
     a client that closes its side while its program waits or runs has left, and the server
-    drops the program without answering."""
+    drops the program without answering. Raises Stuck, saying where the exchange was and
+    what the connection's ends hold, where the server let it hang."""
     answer = bytearray()
     with socket.create_connection((server.host, server.port), timeout=ANSWER_TIMEOUT_S) as sock:
         wait_for_answer = holds_a_whole_request(data)
+        sent_bytes = 0
         try:
-            view = memoryview(data)
-            while view:
-                sent = sock.send(view[:MiB])
-                view = view[sent:]
-            if not wait_for_answer:
-                sock.shutdown(socket.SHUT_WR)
-        except (BrokenPipeError, ConnectionResetError):
-            wait_for_answer = False  # refused part-way: what it answered is still to be read
-        try:
-            while chunk := sock.recv(1 << 16):
-                answer += chunk
-                if wait_for_answer and answered(bytes(answer)):
+            try:
+                view = memoryview(data)
+                while view:
+                    sent = sock.send(view[:MiB])
+                    view = view[sent:]
+                    sent_bytes += sent
+                if not wait_for_answer:
                     sock.shutdown(socket.SHUT_WR)
-                    wait_for_answer = False
-        except ConnectionResetError:
-            pass
+            except (BrokenPipeError, ConnectionResetError):
+                wait_for_answer = False  # refused part-way: what it answered is still to be read
+            try:
+                while chunk := sock.recv(1 << 16):
+                    answer += chunk
+                    if wait_for_answer and answered(bytes(answer)):
+                        sock.shutdown(socket.SHUT_WR)
+                        wait_for_answer = False
+            except ConnectionResetError:
+                pass
+        except TimeoutError as error:
+            raise Stuck(f"sent {sent_bytes} of {len(data)} bytes (a whole request by h11: "
+                        f"{holds_a_whole_request(data)}; still waiting for an answer before closing: "
+                        f"{wait_for_answer}); received {len(answer)} bytes: {bytes(answer[:300])!r}\n"
+                        f"the connection:\n{connection_state(sock)}") from error
     return bytes(answer)
 
 
@@ -329,9 +350,9 @@ def test_a_stream_of_hostile_requests_never_kills_the_server(front):
             content_type, body = valid_execute(rng)
             try:
                 answer = exchange(front, MUTATIONS[name](rng, content_type, body))
-            except TimeoutError:
-                pytest.fail(f"{case}: neither answered nor closed in {ANSWER_TIMEOUT_S} s; the server's "
-                            f"log ends:\n{front.stderr_text()[-3000:]}")
+            except Stuck as stuck:
+                pytest.fail(f"{case}: neither answered nor closed in {ANSWER_TIMEOUT_S} s: {stuck}\n"
+                            f"the server's log ends:\n{front.stderr_text()[-3000:]}")
             for outcome in check_answers(answer, case):
                 seen[outcome] += 1
             if not answer:
