@@ -21,10 +21,11 @@ struct ServerConfig {
   // With programs_per_worker > 1: "state" retires a worker whose state a program changed
   // (worker/reuse_baseline.hpp), "none" reuses it in full trust.
   std::string reuse_check = "state";
-  // Measured on the H200 (benchmarks/gpu/results/2026-12-04-h200-fresh-contexts.md): 4 at
-  // once gave 4.4 fresh programs/s against 2.8 with 1, at CUDA's default connections, with
-  // a two-stream benchmark() and a one-kernel one measuring the same.
-  std::size_t context_inits_at_once = 4;
+  // Measured (benchmarks/gpu/results/2026-12-05-h100-contexts-one-queue.md): with one-queue
+  // workers, 8 at once gave 12.1-13.3 fresh programs/s on an H100 against 11.3-11.6 with 4
+  // and 9.2 with 2, every timing the same; as many workers are prepared, each holding about
+  // 520 MiB of the GPU for its context.
+  std::size_t context_inits_at_once = 8;
   // GPU workers' CUDA_DEVICE_MAX_CONNECTIONS; 0 leaves CUDA's default (8), or what
   // --program-env gives. Fewer hardware queues make contexts about twice as fast to create and
   // destroy (benchmarks/gpu/results), at the cost of false dependencies between streams.
