@@ -410,9 +410,13 @@ void WorkerPool::on_finished(const WorkerPtr& worker, std::shared_ptr<ExecuteJob
   // Once, and only from a one-queue worker: a worker can say anything, and a program
   // that says it of itself only makes its own tenant wait.
   std::optional<std::size_t> rerun = groups_[worker->group()].rerun_group;
-  if (outcome.multi_stream && rerun && !job->ran_again && !draining_) {
-    run_again(std::move(job), *rerun);
-    return dispatch();
+  if (outcome.multi_stream && rerun && !job->ran_again) {
+    if (!draining_) {
+      run_again(std::move(job), *rerun);
+      return dispatch();
+    }
+    outcome.result = fail(ErrorKind::busy, "the server is shutting down: this program was to run again on a worker "
+                                           "of CUDA's default queues (a benchmark() call of it ran on several streams)");
   }
   queue_.finished(job->tenant);
   outcome.gpu_ids = gpu_ids_of(worker->group());

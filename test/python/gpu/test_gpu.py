@@ -172,13 +172,11 @@ def one_stream():
 def two_streams():
     first, second = torch.cuda.Stream(), torch.cuda.Stream()
 
-    def call():
-        with torch.cuda.stream(first):
-            torch.cuda._sleep(CYCLES)
-            torch.cuda._sleep(CYCLES)
-        with torch.cuda.stream(second):
-            torch.cuda._sleep(CYCLES)
-            torch.cuda._sleep(CYCLES)
+    def call():  # two kernels on the first stream, then two on the second
+        for stream in (first, second):
+            with torch.cuda.stream(stream):
+                for _ in range(2):
+                    torch.cuda._sleep(CYCLES)
 
     print("run on", os.environ.get("CUDA_DEVICE_MAX_CONNECTIONS"), "queues")
     return {"two": benchmark(call, ONCE)["latency_ms_median"], "one": benchmark(one_kernel, ONCE)["latency_ms_median"],
