@@ -33,7 +33,7 @@ int main(int argc, char** argv) {
   app.add_option("--context-inits-at-once", config.context_inits_at_once,
                  "GPU server: workers of one GPU that may make their CUDA context at the same time "
                  "(with a fresh worker per program, context making bounds programs per second; 1 keeps "
-                 "it strictly sequential; 8 gave 12-13 fresh programs per second on an H100, 4 gave 11.5, "
+                 "it strictly sequential; 8 gave 11.3-13.3 fresh programs per second on an H100, 4 gave 11.3-11.6, "
                  "and as many workers are prepared, each holding about 520 MiB of the GPU)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();

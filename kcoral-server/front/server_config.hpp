@@ -22,7 +22,7 @@ struct ServerConfig {
   // (worker/reuse_baseline.hpp), "none" reuses it in full trust.
   std::string reuse_check = "state";
   // Measured (benchmarks/gpu/results/2026-12-05-h100-contexts-one-queue.md): with one-queue
-  // workers, 8 at once gave 12.1-13.3 fresh programs/s on an H100 against 11.3-11.6 with 4
+  // workers, 8 at once gave 11.3-13.3 fresh programs/s on an H100 against 11.3-11.6 with 4
   // and 9.2 with 2, every timing the same; as many workers are prepared, each holding about
   // 520 MiB of the GPU for its context.
   std::size_t context_inits_at_once = 8;
