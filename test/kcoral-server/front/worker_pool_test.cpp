@@ -395,9 +395,11 @@ TEST_CASE("one-queue workers: a hostile worker that always says so gets its prog
   // The second worker said it too: its answer is the program's, multi_stream and all.
   CHECK(h.answered.at("liar").multi_stream);
   CHECK(h.connections_of("liar") == "0");
-  for (int i = 0; i < 20; ++i) h.io.run_for(5ms);
-  // Two runs: the one-queue worker's replacement, and the one rerun worker.
-  CHECK(h.forks() - before <= 3);
+  // Two forks since: the rerun worker, and the replacement of the one-queue worker that
+  // ran it first; a third run would have forked another rerun worker.
+  REQUIRE(h.pump([&] { return h.forks() - before >= 2; }));
+  for (int i = 0; i < 40; ++i) h.io.run_for(5ms);
+  CHECK(h.forks() - before == 2);
   CHECK(h.pool->load().running == 0);
 }
 
@@ -413,9 +415,10 @@ TEST_CASE("one-queue workers: a rerun worker that fails to start answers the pro
   Harness h({"FAKE_MULTI_STREAM=1", "FAKE_RERUN_FAIL=1"}, 1, std::nullopt);
   h.submit("multi");
   REQUIRE(h.pump([&] { return h.has("multi"); }));
-  CHECK(h.error_of("multi", kcoral::ErrorKind::engine) ==
-        "the worker of CUDA's default queues that was to run this program again (a benchmark() call of it ran on "
-        "several streams) failed to start: no devices for gpu-a");
+  // Its GPU is the first run's, whichever idle worker took it.
+  CHECK(h.error_of("multi", kcoral::ErrorKind::engine).starts_with(
+      "the worker of CUDA's default queues that was to run this program again (a benchmark() call of it ran on "
+      "several streams) failed to start: no devices for gpu-"));
   CHECK_FALSE(h.pool->start_counts().failing);
   CHECK(h.pool->load().running == 0);
 }
