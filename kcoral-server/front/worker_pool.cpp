@@ -314,6 +314,7 @@ std::vector<int> WorkerPool::gpu_ids_of(std::size_t group) const {
 void WorkerPool::on_idle(const WorkerPtr& worker) {
   std::size_t group = worker->group();
   if (!groups_[group].on_demand) {
+    if (config_.compile_caches != nullptr && config_.tenants == 1 && !worker->tenant()) return attach_ahead(worker);
     idle_.push_back(worker);
     return dispatch();
   }
@@ -326,6 +327,28 @@ void WorkerPool::on_idle(const WorkerPtr& worker) {
   queued.timer->cancel();
   run_on(worker, std::move(queued.job));
   dispatch();
+}
+
+// A server of one tenant knows whose a fresh worker's first program will be: the worker is
+// bound to that tenant and its compile cache mounted before it counts as idle, so that
+// no program waits for the mount: 0.05-0.07 ms, at times 1.4 ms, and up to a millisecond
+// more behind another tenant program's trim on the caches' one thread (2-core machine).
+// Mounted or not, it is idle afterwards; a failure is said, and its programs use the
+// stand-in in their scratch space.
+void WorkerPool::attach_ahead(const WorkerPtr& worker) {
+  worker->bind(0);
+  config_.compile_caches->attach(worker->pidfd(), worker->pid(), 0,
+                                 [this, strand = strand_, worker](Status attached) {
+                                   // Run only while the pool's strand runs (the pool lives as long).
+                                   boost::asio::post(strand, [this, worker, attached] {
+                                     if (worker->state() == WorkerHandle::State::gone) return;
+                                     if (!attached)
+                                       std::fprintf(stderr, "kcoral-server: a worker runs without its compile cache: %s\n",
+                                                    attached.error().message.c_str());
+                                     idle_.push_back(worker);
+                                     dispatch();
+                                   });
+                                 });
 }
 
 // Runs `job` on `worker`, once the tenant's compile cache is mounted in a worker that has
