@@ -52,6 +52,12 @@ def benchmark(fn: Any, *args: Any) -> dict[str, Any]:
     median, min and max of its own span in the calls that used it (``calls``). A function
     on one device gets no ``per_device``.
 
+    Work on several streams is timed as CUDA's default eight hardware queues run it, side
+    by side. A kcoral-server GPU worker makes its context with one queue, which is twice as
+    fast to make; there, a timed call whose work ran on more than one stream of a GPU
+    raises, and the server runs the whole program again from the start, once, on a worker
+    of CUDA's default queues, whose answer is the one returned.
+
     The report says ``"timed": True``. Under a tool that instruments the GPU itself (the
     environment variable ``KCORAL_UNDER_TOOL`` names it; ``kcoral run ncu`` and ``kcoral
     run compute-sanitizer`` set it), timing would compete with the tool for CUPTI and
