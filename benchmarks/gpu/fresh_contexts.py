@@ -75,6 +75,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--server", action="append", required=True, metavar="LABEL=URL")
     parser.add_argument("--seconds", type=float, default=10.0, help="throughput time per server")
+    parser.add_argument("--processes", type=int, default=1,
+                        help="client processes of 8 threads each for the throughput (default 1)")
     parser.add_argument("--json", help="write the figures here")
     args = parser.parse_args()
     rows: dict[str, Any] = {}
@@ -82,7 +84,7 @@ def main() -> None:
         label, _, url = entry.partition("=")
         row: dict[str, Any] = {"url": url}
         try:
-            row["throughput"] = throughput(url, seconds=args.seconds)
+            row["throughput"] = throughput(url, seconds=args.seconds, processes=args.processes)
             row["streams"] = two_stream_timing(url)
         except Exception as error:  # one server's failure is a row, not the end of the run
             row["error"] = f"{type(error).__name__}: {error}"

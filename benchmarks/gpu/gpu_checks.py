@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import statistics
 import subprocess
 import threading
@@ -130,7 +131,22 @@ def fidelity(url: str, raw_cupti: str, cases=CASES, processes: int = 5) -> list[
     return rows
 
 
-def throughput(url: str, seconds: float = 10.0, clients: int = 8) -> dict[str, float]:
+def throughput(url: str, seconds: float = 10.0, clients: int = 8, processes: int = 1) -> dict[str, float]:
+    """Programs per second of a trivial GPU program from `clients` threads, each sending its
+    next program once its last is answered, for `seconds`; with `processes` above 1, that
+    many client processes at once, `clients` threads each (one Python process's threads
+    share its GIL, which caps what it can send). Medians of lease held, elapsed and queue
+    times; across processes, the median of their medians."""
+    if processes > 1:
+        with multiprocessing.get_context("fork").Pool(processes) as pool:
+            parts = pool.starmap(throughput, [(url, seconds, clients)] * processes)
+        def median_of(key: str) -> float | None:
+            values = [part[key] for part in parts if part[key] is not None]
+            return statistics.median(values) if values else None
+        return {"programs_per_second": sum(part["programs_per_second"] for part in parts),
+                "failed": sum(part["failed"] for part in parts), "clients": clients * processes,
+                "processes": processes, "lease_held_ms_median": median_of("lease_held_ms_median"),
+                "elapsed_ms_median": median_of("elapsed_ms_median"), "queue_ms_median": median_of("queue_ms_median")}
     program = Program()
     module = program.upload(id="m", kind="module", source=TRIVIAL)
     add = program.get_function(id="add", module=module, name="add")

@@ -251,7 +251,10 @@ if [[ ${1:-} == contexts || ${1:-} == reuse ]]; then
     url=$(grep -o "http://[0-9.]*:[0-9]*" "$out/server-$name.log" | head -n 1)
     [[ -n $url ]] && servers+=(--server "$name=$url") || tail -5 "$out/server-$name.log"
   done
-  timeout ${CONTEXTS_TIMEOUT:-300} "$python" benchmarks/gpu/fresh_contexts.py "${servers[@]}" \
+  # Reused workers answer faster than one client process's threads can send: 4 processes.
+  clients=(--processes 1)
+  [[ ${1} == reuse ]] && clients=(--processes 4)
+  timeout ${CONTEXTS_TIMEOUT:-300} "$python" benchmarks/gpu/fresh_contexts.py "${servers[@]}" "${clients[@]}" \
     --json "$result/$1.json" 2>&1 | tee "$result/$1.md"
   for server in "${servers[@]}"; do
     [[ $server == --server ]] || "$python" -c "import sys, httpx; print(sys.argv[1].split('=')[0], [l for l in httpx.get(sys.argv[1].split('=', 1)[1] + '/metrics').text.splitlines() if l.startswith('kcoral_workers_retired_total') and not l.endswith(' 0')])" "$server"
