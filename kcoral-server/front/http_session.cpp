@@ -89,6 +89,7 @@ void HttpSession::evicted() {
 // Waits for a request's first byte (the idle timeout), unless it is already here.
 void HttpSession::wait_for_request() {
   if (buffer_.size() > 0) return read_header();
+  if (input_ended_) return close();
   double idle_seconds = overflow_            ? state_.config.header_timeout_seconds
                         : anonymous_.held() ? state_.config.anonymous_idle_timeout_seconds
                                             : state_.config.idle_timeout_seconds;
@@ -122,6 +123,7 @@ void HttpSession::read_header_bytes() {
   if (end == std::string_view::npos) {
     header_scanned_ = buffered.size();
     if (buffered.size() > kHeaderLimit) return on_header(http::error::header_limit);
+    if (input_ended_) return on_header(http::error::partial_message);
     return stream_.async_read_some(buffer_.prepare(4096), [self = shared_from_this()](beast::error_code ec, std::size_t n) {
       if (ec) return self->on_header(ec == boost::asio::error::eof ? http::error::partial_message : ec);
       self->buffer_.commit(n);
@@ -223,6 +225,7 @@ void HttpSession::read_body() {
     return handle(parser_->release());
   }
   if (!reserve_body()) return reject_and_close(inflight_full());
+  if (input_ended_) return close();  // mid-body: a body ends at its length, not at the connection's end
   stream_.expires_never();
   body_timer_.expires_after(seconds_duration(state_.config.body_rate_window_seconds));
   body_timer_.async_wait([self = shared_from_this(), read = ++body_reads_](boost::system::error_code ec) {
@@ -326,6 +329,7 @@ void HttpSession::handle(HttpRequest request) {
 // One read while the program runs: its end (other than by our own cancel) says the client
 // went away; bytes it brings are the client's next request, kept for later.
 void HttpSession::watch_client() {
+  if (input_ended_) return on_watch(boost::asio::error::eof, 0);
   if (buffer_.size() >= kWatchLimit) return;
   watching_ = true;
   stream_.async_read_some(buffer_.prepare(4096), [self = shared_from_this()](beast::error_code ec, std::size_t n) {
@@ -336,7 +340,8 @@ void HttpSession::watch_client() {
 void HttpSession::on_watch(beast::error_code ec, std::size_t bytes) {
   watching_ = false;
   buffer_.commit(bytes);
-  if (waiting_response_) {  // the answer came: this read was cancelled for it
+  if (ec && ec != boost::asio::error::operation_aborted) input_ended_ = true;
+  if (waiting_response_) {  // the answer came: this read was cancelled for it (or ended)
     HttpResponse response = std::move(*waiting_response_);
     waiting_response_.reset();
     return write(std::move(response));
@@ -448,6 +453,7 @@ void HttpSession::drain_then_close() {
 }
 
 void HttpSession::drain(std::size_t drained) {
+  if (input_ended_) return close();
   stream_.expires_at(drain_deadline_);
   stream_.async_read_some(boost::asio::buffer(scratch_),
                           [self = shared_from_this(), drained](beast::error_code ec, std::size_t n) {

@@ -98,6 +98,11 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   std::weak_ptr<ExecuteJob> job_;  // the job being awaited
   bool watching_ = false;          // a read watches the connection while the job runs
   bool client_gone_ = false;
+  // A read found the connection's end (the client closed its side) but could not act on it
+  // (a response was waiting): no byte can come any more, and Asio will not report the end
+  // a second time (a read after it waits for a readiness that never comes), so the session
+  // must not read again.
+  bool input_ended_ = false;
   std::optional<HttpResponse> waiting_response_;  // ready while the watching read ends
   Clock::time_point drain_deadline_;
   std::vector<char> scratch_;  // for draining a rejected body

@@ -12,7 +12,8 @@
 // megabytes, chunked in every size with chunk headers split across reads or of declared
 // length in odd pieces, arrive whole and leave the next request's bytes to it; while a
 // program waits, a client that goes away has it taken from the queue, and one that sends
-// its next request has both answered in turn. Every session ends with its connection.
+// its next request has both answered in turn, and one that ends its side as the answer
+// comes gets it and the connection's end at once. Every session ends with its connection.
 #include <doctest/doctest.h>
 
 #include <arpa/inet.h>
@@ -25,6 +26,7 @@
 #include <cctype>
 #include <chrono>
 #include <map>
+#include <thread>
 
 #include "http_session.hpp"
 #include "kcoral/multipart.hpp"
@@ -134,6 +136,8 @@ class Client {
     if (fd_ >= 0) ::close(fd_);
     fd_ = -1;
   }
+  // Ends the sending side (a FIN), still reading.
+  void shut_sending() { REQUIRE(::shutdown(fd_, SHUT_WR) == 0); }
 
   // Sends all of `data`; false when the connection was reset or closed meanwhile.
   bool send(std::string_view data) {
@@ -549,6 +553,33 @@ TEST_CASE("a request sent while a program waits is kept: the program's answer co
   CHECK(next.status == 404);
   CHECK(server.state.responses_pending == 0);
   CHECK(server.executes("abandoned") == 0);
+}
+
+TEST_CASE("a client that ends its side as its program's answer comes gets the answer, then the connection's end") {
+  // Whichever the session sees first, the answer or the end, the answer goes out and the
+  // connection closes then, not at the idle timeout. (Where it reads the end while the
+  // answer is on its way to it, it must not read again: Asio reports the end once. That
+  // ordering depends on the scheduler; the HTTP fuzz under load meets it.)
+  kcoral::ServerConfig config;
+  config.idle_timeout_seconds = 60;
+  Server server(config);
+  Client client(server);
+  REQUIRE(client.send(execute_request()));
+  REQUIRE(server.pump_until([&] { return server.pool.load().waiting == 1; }));
+  // The program's answer is posted to the session, and not yet run, before the end comes:
+  // the session reads the end after the answer is queued for it.
+  server.pool.drain([] {});
+  server.io.restart();
+  REQUIRE(server.io.run_one() == 1);
+  client.shut_sending();
+  std::this_thread::sleep_for(50ms);  // the end has reached the server's socket
+  Response answer = client.read_response();
+  CHECK(answer.status == 503);
+  auto ended_by = std::chrono::steady_clock::now() + 5s;
+  CHECK(client.wait_end() == Client::End::closed);
+  CHECK(std::chrono::steady_clock::now() < ended_by);  // not the idle timeout's 60 s (wait_end gives up at 10)
+  CHECK(server.guard("idle_timeout") == 0);
+  CHECK(server.state.connections == 0);
 }
 
 }  // TEST_SUITE
