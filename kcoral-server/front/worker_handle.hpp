@@ -108,10 +108,13 @@ class WorkerHandle : public std::enable_shared_from_this<WorkerHandle> {
 
   [[nodiscard]] pid_t pid() const { return pid_; }
   [[nodiscard]] int pidfd() const { return process_.pidfd(); }
-  // The tenant whose programs alone it may run, from its first program on (its compile
-  // cache, and what a program leaves in a reused worker, are that tenant's).
+  // The tenant whose programs alone it may run, from its first program on, or from its
+  // compile cache's mount before it (its compile cache, and what a program leaves in a
+  // reused worker, are that tenant's).
   [[nodiscard]] std::optional<std::size_t> tenant() const { return tenant_; }
   void bind(std::size_t tenant) { tenant_ = tenant; }
+  // Programs it has finished and taken another after (a reused worker's count).
+  [[nodiscard]] std::size_t programs_run() const { return programs_run_; }
   [[nodiscard]] std::size_t group() const { return group_; }
   [[nodiscard]] const std::vector<std::size_t>& gpus() const { return gpus_; }
   [[nodiscard]] State state() const { return state_; }

@@ -233,8 +233,14 @@ void WorkerPool::dispatch() {
     }
     std::size_t tenant = *queue_.next_tenant();  // its turn (FairQueue)
     auto fits = [&](const WorkerPtr& worker) { return running_[worker->group()] < config_.workers_per_group; };
-    auto free = std::find_if(idle_.begin(), idle_.end(),
-                             [&](const WorkerPtr& worker) { return fits(worker) && worker->tenant() == tenant; });
+    // The tenant's reused workers first, then its fresh ones (their compile cache mounted
+    // ahead), then workers of no tenant yet.
+    auto free = std::find_if(idle_.begin(), idle_.end(), [&](const WorkerPtr& worker) {
+      return fits(worker) && worker->tenant() == tenant && worker->programs_run() > 0;
+    });
+    if (free == idle_.end())
+      free = std::find_if(idle_.begin(), idle_.end(),
+                          [&](const WorkerPtr& worker) { return fits(worker) && worker->tenant() == tenant; });
     if (free == idle_.end())
       free = std::find_if(idle_.begin(), idle_.end(), [&](const WorkerPtr& w) { return fits(w) && !w->tenant(); });
     if (free == idle_.end()) {
