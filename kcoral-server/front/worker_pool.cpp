@@ -343,16 +343,25 @@ void WorkerPool::on_idle(const WorkerPtr& worker) {
 // stand-in in their scratch space.
 void WorkerPool::attach_ahead(const WorkerPtr& worker) {
   worker->bind(0);
-  config_.compile_caches->attach(worker->pidfd(), worker->pid(), 0,
-                                 [this, strand = strand_, worker](Status attached) {
+  attach_cache(worker, 0, [this, worker] {
+    if (worker->state() == WorkerHandle::State::gone) return;
+    idle_.push_back(worker);
+    dispatch();
+  });
+}
+
+// Mounts `tenant`'s compile cache in `worker`, then runs `then` on the strand, whether the
+// mount succeeded (a failure is said, and the worker's programs use the stand-in in their
+// scratch space) or the worker died meanwhile.
+void WorkerPool::attach_cache(const WorkerPtr& worker, std::size_t tenant, std::function<void()> then) {
+  config_.compile_caches->attach(worker->pidfd(), worker->pid(), tenant,
+                                 [strand = strand_, worker, then = std::move(then)](Status attached) mutable {
                                    // Run only while the pool's strand runs (the pool lives as long).
-                                   boost::asio::post(strand, [this, worker, attached] {
-                                     if (worker->state() == WorkerHandle::State::gone) return;
-                                     if (!attached)
+                                   boost::asio::post(strand, [worker, attached, then = std::move(then)] {
+                                     if (!attached && worker->state() != WorkerHandle::State::gone)
                                        std::fprintf(stderr, "kcoral-server: a worker runs without its compile cache: %s\n",
                                                     attached.error().message.c_str());
-                                     idle_.push_back(worker);
-                                     dispatch();
+                                     then();
                                    });
                                  });
 }
@@ -369,16 +378,9 @@ void WorkerPool::run_on(const WorkerPtr& worker, std::shared_ptr<ExecuteJob> job
     return;
   }
   std::size_t tenant = job->tenant;
-  config_.compile_caches->attach(worker->pidfd(), worker->pid(), tenant,
-                                 [this, strand = strand_, worker, job = std::move(job)](Status attached) mutable {
-                                   // Run only while the pool's strand runs (the pool lives as long).
-                                   boost::asio::post(strand, [this, worker, job = std::move(job), attached]() mutable {
-                                     if (!attached && worker->state() != WorkerHandle::State::gone)
-                                       std::fprintf(stderr, "kcoral-server: a program runs without its compile cache: %s\n",
-                                                    attached.error().message.c_str());
-                                     if (!hand_over(worker, std::move(job))) dispatch();
-                                   });
-                                 });
+  attach_cache(worker, tenant, [this, worker, job = std::move(job)]() mutable {
+    if (!hand_over(worker, std::move(job))) dispatch();
+  });
 }
 
 // False when the worker died before it took the job, which is queued again first.

@@ -166,6 +166,7 @@ class WorkerPool {
   [[nodiscard]] std::vector<int> gpu_ids_of(std::size_t group) const;
   void on_idle(const WorkerPtr& worker);
   void attach_ahead(const WorkerPtr& worker);
+  void attach_cache(const WorkerPtr& worker, std::size_t tenant, std::function<void()> then);
   void on_set_start_failed(const WorkerSupply::StartEnd& end);
   void on_finished(const WorkerPtr& worker, std::shared_ptr<ExecuteJob> job, JobOutcome outcome);
   void on_gone(const WorkerPtr& worker);

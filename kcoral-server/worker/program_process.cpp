@@ -123,7 +123,8 @@ bool refused_multi_stream() {
 #endif
 }
 
-Status send_result(Courier& courier, const ProgramResult& result, bool continues, std::string retired) {
+Status send_result(Courier& courier, const ProgramResult& result, bool continues, std::string retired,
+                   bool multi_stream) {
   messages::RunResult message{continues,
                        result.results_json,
                        result.stdout_output.text,
@@ -134,7 +135,7 @@ Status send_result(Courier& courier, const ProgramResult& result, bool continues
                        {},
                        std::nullopt,
                        std::move(retired),
-                       refused_multi_stream()};
+                       multi_stream};
   if (const auto& error = result.error) {
     message.error = messages::ErrorDetail{error->kind, error->message, error->instruction_index,
                                       error->instruction_op, error->traceback, error->instruction_id,
@@ -172,13 +173,14 @@ int serve_programs(Executor& executor, Courier& courier, const ProgramProcessOpt
     std::optional<Job> job = next_job(courier);
     if (!job) return 0;
     ProgramResult result = run_one(executor, courier, *job, options);
+    bool multi_stream = refused_multi_stream();
     job.reset();  // its blobs' memory files closed, as before it came
     // The response is the program's end: nothing it started may outlive it.
     bool left_processes = kill_descendants() > 0;
     std::optional<std::string> retired;
     if (served + 1 < options.programs) retired = retirement(result, left_processes, baseline, executor);
     bool continues = served + 1 < options.programs && !retired;
-    if (!send_result(courier, result, continues, retired.value_or(""))) return 1;
+    if (!send_result(courier, result, continues, retired.value_or(""), multi_stream)) return 1;
     if (!continues) return result.device_lost ? 2 : 0;
   }
   return 0;

@@ -24,6 +24,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr std::int64_t kMaxCalls = 100000;
 
+// refuse_multi_stream_calls' setting, and whether a call was refused since the last take.
 std::atomic<bool> refuse_multi_stream{false};
 std::atomic<bool> multi_stream_refused{false};
 
