@@ -231,11 +231,11 @@ if [[ ${1:-} == contexts || ${1:-} == reuse ]]; then
   if [[ ${1} == contexts ]]; then
     settings=("default" "eight --cuda-connections 0" "connections1 --cuda-connections 1"
               "default-launch-quarter --program-env CUDA_SCALE_LAUNCH_QUEUES=0.25x")
-    # CONTEXTS_SETTINGS="name flags...;name flags...": other servers instead
-    [[ -n ${CONTEXTS_SETTINGS:-} ]] && IFS=';' read -r -a settings <<<"$CONTEXTS_SETTINGS"
   else
     settings=("reused-checked --programs-per-worker 1000" "reused-trusted --programs-per-worker 1000 --reuse-check none")
   fi
+  # CONTEXTS_SETTINGS="name flags...;name flags...": other servers instead, in either mode
+  [[ -n ${CONTEXTS_SETTINGS:-} ]] && IFS=';' read -r -a settings <<<"$CONTEXTS_SETTINGS"
   ctxpids=() servers=()
   for setting in "${settings[@]}"; do
     read -r name flags <<<"$setting"
