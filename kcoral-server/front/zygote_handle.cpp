@@ -41,6 +41,7 @@ std::vector<std::string> zygote_environment(char** server_environment,
   }
   put(std::string("PATH=") + kDefaultSystemPath);
   put("LANG=C.UTF-8");
+  put(std::string(kGlibcTunables) + "=" + kLargeAllocationsInHugePages);
   for (const std::string& assignment : program_environment) put(assignment);
   return variables;
 }

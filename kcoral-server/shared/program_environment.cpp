@@ -21,7 +21,8 @@ EnvironmentVariables program_environment(const ProgramEnvironmentSpec& spec) {
     if (name == "PATH") system_path = value;
   std::string path = spec.interpreter_bin.empty() ? system_path : spec.interpreter_bin + ":" + system_path;
   EnvironmentVariables variables{{"PATH", path},          {"HOME", spec.home},   {"TMPDIR", spec.tmpdir},
-                                 {"LANG", "C.UTF-8"},     {"USER", "kcoral"},    {"LOGNAME", "kcoral"}};
+                                 {"LANG", "C.UTF-8"},     {"USER", "kcoral"},    {"LOGNAME", "kcoral"},
+                                 {kGlibcTunables, kLargeAllocationsInHugePages}};
   if (!spec.visible_devices.empty()) put(variables, "CUDA_VISIBLE_DEVICES", spec.visible_devices);
   if (spec.cuda_connections > 0) put(variables, "CUDA_DEVICE_MAX_CONNECTIONS", std::to_string(spec.cuda_connections));
   if (!spec.compile_cache.empty()) {

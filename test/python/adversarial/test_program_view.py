@@ -109,14 +109,15 @@ def test_the_environment_is_a_fixed_list_with_program_env_and_nothing_of_the_ser
     environ = report["environ"]
     compile_cache = {"TRITON_CACHE_DIR", "TVM_FFI_CACHE_DIR", "CUTE_DSL_CACHE_DIR", "CUDA_CACHE_PATH",
                      "CUDA_CACHE_MAXSIZE", "TORCH_EXTENSIONS_DIR", "TORCHINDUCTOR_CACHE_DIR", "KCORAL_COMPILE_CACHE"}
-    assert set(environ) == {"PATH", "HOME", "TMPDIR", "LANG", "USER", "LOGNAME", "FOO", "EQUATION",
-                            *compile_cache}, environ
+    assert set(environ) == {"PATH", "HOME", "TMPDIR", "LANG", "USER", "LOGNAME", "GLIBC_TUNABLES", "FOO",
+                            "EQUATION", *compile_cache}, environ
     assert environ["KCORAL_COMPILE_CACHE"] == "/var/cache/kcoral"
     assert all(environ[name].startswith("/var/cache/kcoral/") for name in compile_cache - {
         "KCORAL_COMPILE_CACHE", "CUDA_CACHE_MAXSIZE"}), environ
     assert (environ["FOO"], environ["EQUATION"]) == ("bar", "a=b")
     assert environ["PATH"].split(":")[0] == os.path.dirname(report["executable"]), environ["PATH"]
     assert (environ["HOME"], environ["TMPDIR"], environ["LANG"]) == ("/tmp/home", "/tmp", "C.UTF-8")
+    assert environ["GLIBC_TUNABLES"] == "glibc.malloc.hugetlb=1"
     assert report["own"] in ("EACCES", "\0".join(f"{k}={v}" for k, v in environ.items()) + "\0"), report["own"]
     assert report["child_proc"] == "\0".join(f"{k}={v}" for k, v in environ.items()) + "\0"
     assert "FOO=bar\n" in report["child"]
