@@ -22,7 +22,7 @@ from typing import Any, ParamSpec, overload
 import httpx
 
 from kcoral._body import ACCEPT_ENCODING, read_body
-from kcoral._codec import loads_json
+from kcoral._codec import Body, loads_json
 from kcoral._deadline import Deadline, DeadlineTransport, within
 from kcoral._errors import DeadlineExceeded, ProtocolError, TransportError
 from kcoral._program import Program
@@ -330,7 +330,7 @@ class Client:
         read_seconds: float | None,
         limit: int,
         **kwargs: Any,
-    ) -> tuple[int, httpx.Headers, bytes | bytearray]:
+    ) -> tuple[int, httpx.Headers, Body]:
         """One request and its whole answer, (status, headers, decoded body), by ``deadline``.
 
         The answer of a 200 may hold ``limit`` bytes; an error answer's first

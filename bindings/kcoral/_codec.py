@@ -9,11 +9,16 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import mmap
 import re
 import reprlib
 import secrets
 from dataclasses import dataclass
 from typing import Any
+
+# An answer's body as the client holds it: a large one in a private memory mapping
+# (kcoral._body), others in bytes or a bytearray.
+Body = bytes | bytearray | mmap.mmap
 
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 # The longest JSON integer read: Python's default for int() of a string. Reading longer
@@ -50,7 +55,7 @@ def dumps_json(value: Any) -> bytes:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
 
 
-def loads_json(data: bytes | bytearray | memoryview | str) -> Any:
+def loads_json(data: Body | memoryview | str) -> Any:
     """Parse JSON strictly; ValueError for what the wire does not allow.
 
     Refused: duplicate object keys, NaN and Infinity, numbers beyond a float (``1e400``),
@@ -84,7 +89,7 @@ def loads_json(data: bytes | bytearray | memoryview | str) -> Any:
                              "is beyond a float")
         return value
 
-    text = str(data, "utf-8") if isinstance(data, (bytes, bytearray, memoryview)) else data
+    text = data if isinstance(data, str) else str(data, "utf-8")
     # json.JSONDecodeError and UnicodeDecodeError are both ValueErrors.
     try:
         return json.loads(
@@ -215,7 +220,7 @@ def multipart_chunks(parts: list[Part]) -> tuple[str, list[bytes | memoryview]]:
     return f"multipart/form-data; boundary={boundary}", chunks
 
 
-def decode_multipart(content_type: str, body: bytes | bytearray) -> list[Part]:
+def decode_multipart(content_type: str, body: Body) -> list[Part]:
     """Parse a multipart/form-data body with CRLF framing; ValueError when malformed.
 
     Every part must carry exactly one ``Content-Disposition: form-data; name=...`` and one
@@ -227,7 +232,7 @@ def decode_multipart(content_type: str, body: bytes | bytearray) -> list[Part]:
     if media_type != "multipart/form-data" or not boundary:
         raise ValueError(f"not a multipart/form-data content type: {shown(content_type)}")
     delimiter = b"--" + boundary.encode("latin-1")
-    if body.startswith(delimiter):
+    if body[: len(delimiter)] == delimiter:  # an mmap has no startswith
         position = len(delimiter)
     else:
         found = body.find(b"\r\n" + delimiter)
@@ -236,7 +241,7 @@ def decode_multipart(content_type: str, body: bytes | bytearray) -> list[Part]:
         position = found + 2 + len(delimiter)
     parts: list[Part] = []
     while True:
-        if body.startswith(b"--", position):
+        if body[position : position + 2] == b"--":
             break
         line_end = body.find(b"\r\n", position)
         if line_end < 0 or body[position:line_end].strip(b" \t"):

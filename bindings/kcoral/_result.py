@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from kcoral._codec import decode_multipart, is_sha256_hex, loads_json, sha256_hex
+from kcoral._codec import Body, decode_multipart, is_sha256_hex, loads_json, sha256_hex
 from kcoral._codec import shown as _shown
 from kcoral._errors import (
     PROGRAM_ERROR_KINDS,
@@ -102,7 +102,7 @@ class CacheMiss:
 def decode_response(
     status_code: int,
     content_type: str | None,
-    body: bytes | bytearray,
+    body: Body,
     headers_get: Callable[[str], str | None],
 ) -> CacheMiss | ProgramResult:
     """Decode one /execute response; raises ServerError (HTTP errors) or ProtocolError.
@@ -127,7 +127,7 @@ def decode_response(
 
 
 def error_from_response(
-    status_code: int, body: bytes | bytearray, headers_get: Callable[[str], str | None]
+    status_code: int, body: Body, headers_get: Callable[[str], str | None]
 ) -> ServerError:
     """The ServerError for an HTTP error response, tolerating bodies not written by KCoral.
 
@@ -161,12 +161,12 @@ def error_from_response(
 
 
 def _split_body(
-    content_type: str | None, body: bytes | bytearray
+    content_type: str | None, body: Body
 ) -> tuple[dict[str, Any], dict[str, bytes | memoryview]]:
     """(result document, binary parts by name) of a 200 response."""
     media_type = (content_type or "").partition(";")[0].strip().lower()
     parts: dict[str, bytes | memoryview] = {}
-    raw: bytes | bytearray | memoryview
+    raw: Body | memoryview
     if media_type == "application/json":
         raw = body
     elif media_type == "multipart/form-data":

@@ -435,6 +435,15 @@ MALFORMED = {
     "a 3 MiB tensor part of another sha256 and the wrong shape": multipart(completed({"t": {
         "type": "tensor", "dtype": "float32", "shape": [5], "part": "return:0",
         "sha256": sha256_hex(b"other")}}), BIG),
+    # Bodies from 4 MiB on are received into a memory mapping, not a bytearray.
+    "a part in a mapped body that does not match its sha256": multipart(
+        completed({"b": {"type": "bytes", "part": "return:0", "sha256": sha256_hex(BIG * 3)}}),
+        BIG * 3 + b"!"),
+    "a mapped body of JSON that is not UTF-8": (
+        b'{"status": "' + b"a" * (8 * MiB) + b'\xff"}', "application/json"),
+    "a mapped body whose boundary never closes": (
+        b'--b\r\nContent-Disposition: form-data; name="result"\r\n'
+        b"Content-Type: application/json\r\n\r\n" + b" " * (8 * MiB), "multipart/form-data; boundary=b"),
 }
 
 

@@ -1,0 +1,49 @@
+"""Where the client receives an answer's body of declared length: small ones in a
+bytearray, large ones in a private memory mapping that asks for transparent huge pages, so
+that 64 MiB are 32 page faults rather than 16,384 (kcoral._body)."""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+import sys
+from pathlib import Path
+
+import pytest
+
+from kcoral._body import MAPPED_FROM_BYTES, _receive_buffer
+
+MiB = 1 << 20
+THP_SETTING = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+
+
+def huge_kib_under(address: int) -> int | None:
+    """AnonHugePages of this process's mapping that holds ``address`` (/proc/self/smaps)."""
+    inside = False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        first = line.split()[0]
+        if not first.endswith(":"):
+            start, end = (int(bound, 16) for bound in first.split("-"))
+            inside = start <= address < end
+        elif inside and first == "AnonHugePages:":
+            return int(line.split()[1])
+    return None
+
+
+def test_a_small_body_goes_into_a_bytearray():
+    buffer = _receive_buffer(MAPPED_FROM_BYTES - 1)
+    assert type(buffer) is bytearray and len(buffer) == MAPPED_FROM_BYTES - 1
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="huge pages are asked for on Linux only")
+def test_a_large_body_goes_into_a_private_mapping_in_huge_pages():
+    buffer = _receive_buffer(64 * MiB)
+    assert isinstance(buffer, mmap.mmap) and len(buffer) == 64 * MiB
+    memoryview(buffer)[:] = b"\x01" * (64 * MiB)
+    assert buffer[:2] == b"\x01\x01" and buffer.find(b"\x00") == -1
+    setting = THP_SETTING.read_text() if THP_SETTING.exists() else ""
+    if "[madvise]" not in setting and "[always]" not in setting:
+        pytest.skip(f"the kernel gives no transparent huge pages on request ({setting.strip()})")
+    address = ctypes.addressof(ctypes.c_char.from_buffer(buffer))
+    huge = huge_kib_under(address)
+    assert huge is not None and huge >= 60 << 10, huge  # all but an unaligned mapping's ends
