@@ -92,6 +92,28 @@ TEST_CASE("keep: each range becomes a blob, slices of one sealed file, and every
   CHECK(::mmap(nullptr, 4096, PROT_WRITE, MAP_SHARED, (*blobs)[0].fd(), 0) == MAP_FAILED);
 }
 
+TEST_CASE("keep: gaps of whole pages are freed, and the pieces of pages at their ends zeroed") {
+  // Before the first blob, two whole pages and a piece; between the blobs, a gap across a
+  // page boundary holding no whole page (6000 bytes from offset 4090 of a page).
+  const std::size_t page = 4096;
+  const std::string head = std::string(2 * page + 100, 's');
+  const std::string first(page - 6, 'F');
+  const std::string middle(6000, 'm');
+  const std::string second(page, 'S');
+  kcoral::BlobFile body;
+  REQUIRE(body.append(head + first + middle + second + "tail"));
+  std::vector<Range> ranges{{head.size(), first.size()}, {head.size() + first.size() + middle.size(), second.size()}};
+  auto blobs = body.keep(ranges);
+  REQUIRE_MESSAGE(blobs.has_value(), blobs.error().message);
+  // The head's two whole pages hold no memory: the file's data starts after them. (Asked
+  // first: reading a hole through a shared mapping gives it a page.)
+  CHECK(::lseek((*blobs)[0].fd(), 0, SEEK_DATA) == static_cast<off_t>(2 * page));
+  CHECK((*blobs)[0].view() == first);
+  CHECK((*blobs)[1].view() == second);
+  std::string file = whole_file((*blobs)[0]);
+  CHECK(file == std::string(head.size(), '\0') + first + std::string(middle.size(), '\0') + second);
+}
+
 TEST_CASE("keep: empty ranges and a blob at the very start are kept as they are") {
   kcoral::BlobFile body;
   REQUIRE(body.append("abcdef"));
