@@ -6,6 +6,8 @@
 #include <random>
 #include <utility>
 
+#include "byte_search.hpp"
+
 namespace kcoral {
 namespace {
 
@@ -179,7 +181,7 @@ Result<std::vector<MultipartPart>> parse_multipart(std::string_view content_type
     }
     auto part = parse_part_headers(block);
     if (!part) return std::unexpected(part.error());
-    std::size_t data_end = body.find(separator, data_start);
+    std::size_t data_end = find_bytes(body, separator, data_start);
     if (data_end == std::string_view::npos)
       return fail(ErrorKind::parse, "the multipart body ends without its closing boundary");
     part->data = body.substr(data_start, data_end - data_start);
@@ -196,7 +198,7 @@ MultipartFrame frame_multipart(const std::vector<OutgoingPart>& parts) {
   while (clash) {
     boundary = random_boundary();
     clash = std::any_of(parts.begin(), parts.end(), [&](const OutgoingPart& part) {
-      return part.data.find(boundary) != std::string_view::npos;
+      return find_bytes(part.data, boundary) != std::string_view::npos;
     });
   }
   MultipartFrame frame{"multipart/form-data; boundary=" + boundary, {}};

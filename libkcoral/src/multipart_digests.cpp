@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <new>
 
+#include "byte_search.hpp"
 #include "kcoral/multipart.hpp"
 
 namespace kcoral {
@@ -82,7 +83,7 @@ void MultipartDigests::advance(std::string_view body) {
         break;
       }
       case State::data: {
-        std::size_t found = body.find(separator_, scanned_);
+        std::size_t found = find_bytes(body, separator_, scanned_);
         if (found == std::string_view::npos) {
           // A delimiter not yet seen whole can only start in its last bytes.
           std::size_t safe = std::max(body.size() + 1, separator_.size() + hashed_) - separator_.size();

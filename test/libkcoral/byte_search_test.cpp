@@ -1,0 +1,30 @@
+// find_bytes: memmem with std::string_view::find's answers.
+#include <doctest/doctest.h>
+
+#include <random>
+#include <string>
+#include <string_view>
+
+#include "byte_search.hpp"
+
+TEST_SUITE("byte_search") {
+
+TEST_CASE("find_bytes answers as std::string_view::find does, from every start") {
+  const std::string_view npos_text = "abc";
+  CHECK(kcoral::find_bytes(npos_text, "d") == std::string_view::npos);
+  CHECK(kcoral::find_bytes(npos_text, "abcd") == std::string_view::npos);
+  CHECK(kcoral::find_bytes(npos_text, "", 3) == 3);
+  CHECK(kcoral::find_bytes(npos_text, "", 4) == std::string_view::npos);
+  CHECK(kcoral::find_bytes(npos_text, "c", 7) == std::string_view::npos);
+  CHECK(kcoral::find_bytes("", "") == 0);
+  // Random bytes of a small alphabet, with delimiters in them, overlapping ones too.
+  std::mt19937 random(7);
+  std::string body;
+  for (int i = 0; i < 20000; ++i) body += "\r\n-ab"[random() % 5];
+  body.insert(9000, "\r\n--b\r\n--b");
+  for (std::string_view needle : {"\r\n--b", "\r\n", "-", "b\r\n--b\r", "\r\n--b\r\n--b\r\n"})
+    for (std::size_t from = 0; from <= body.size() + 1; from += 97)
+      CHECK(kcoral::find_bytes(body, needle, from) == std::string_view(body).find(needle, from));
+}
+
+}  // TEST_SUITE
