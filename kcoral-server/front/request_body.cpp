@@ -3,13 +3,36 @@
 
 #include <cerrno>
 
+#include "kcoral/multipart.hpp"
+
 namespace kcoral {
 
 void RequestBody::reader::init(const boost::optional<std::uint64_t>& content_length, boost::beast::error_code& ec) {
   ec = {};
   body_.digests = MultipartDigests(content_type_());
-  if (content_length && !body_.bytes.reserve(static_cast<std::size_t>(*content_length)))
+  if (content_length && !body_.bytes.reserve(static_cast<std::size_t>(*content_length))) {
     ec = boost::beast::error_code(ENOMEM, boost::beast::generic_category());
+    return;
+  }
+  if (content_length && *content_length >= PartHasher::kFromBytes && multipart_boundary(content_type_()))
+    hasher_ = PartHasher::start(body_.bytes.fd(), static_cast<std::size_t>(*content_length), content_type_());
+}
+
+void RequestBody::reader::hashed_so_far() {
+  if (hasher_ && body_.bytes.size() > hasher_->length()) {
+    // More than was declared (the parser lets none through; should it): hashed here, anew.
+    hasher_.reset();
+    body_.digests = MultipartDigests(content_type_());
+  }
+  if (hasher_) hasher_->written(body_.bytes.size());
+  else body_.digests.advance(body_.bytes.view());
+}
+
+void RequestBody::reader::finish(boost::beast::error_code& ec) {
+  ec = {};
+  if (!hasher_) return;
+  body_.digests = hasher_->finish();
+  hasher_.reset();
 }
 
 }  // namespace kcoral

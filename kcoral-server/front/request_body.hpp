@@ -4,8 +4,10 @@
 // A body of declared length is mapped once at that length; a chunked body, which does not
 // say its length, grows as it arrives, in place, never by copying (a std::string would
 // hold the old and the new buffer at once near the request limit). Each multipart part is
-// hashed as it arrives, after each read, so that an upload's digest is ready with its last
-// byte. The blobs of an /execute body stay in that file as the worker's input
+// hashed as it arrives, so that an upload's digest is ready with its last byte: after each
+// read on the session's thread, or for a declared length from PartHasher::kFromBytes on a
+// thread of its own that follows the writes (part_hasher.hpp), so that reading and hashing
+// run side by side. The blobs of an /execute body stay in that file as the worker's input
 // (parse_execute_request), so the upload is neither hashed nor copied again. Reading a
 // request (the router, the multipart parser) sees one contiguous std::string_view.
 //
@@ -20,10 +22,12 @@
 #include <cerrno>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string_view>
 #include <utility>
 
 #include "kcoral/codec.hpp"
+#include "part_hasher.hpp"
 
 namespace kcoral {
 
@@ -57,15 +61,18 @@ struct RequestBody {
         }
         put += buffer.size();
       }
-      body_.digests.advance(body_.bytes.view());
+      hashed_so_far();
       ec = {};
       return put;
     }
-    void finish(boost::beast::error_code& ec) { ec = {}; }
+    void finish(boost::beast::error_code& ec);
 
    private:
+    void hashed_so_far();
+
     value_type& body_;
     std::function<std::string_view()> content_type_;
+    std::unique_ptr<PartHasher> hasher_;  // for a large declared length; else none
   };
 
   // Serializing (tests write requests too): the bytes in one buffer.

@@ -57,6 +57,9 @@ class BlobFile {
   [[nodiscard]] const char* data() const { return data_; }
   [[nodiscard]] std::size_t size() const { return size_; }
   [[nodiscard]] std::size_t capacity() const { return capacity_; }
+  // The memory file (-1 before the first reserve or append), for a reader of its own; it
+  // stays the BlobFile's.
+  [[nodiscard]] int fd() const { return fd_.get(); }
   [[nodiscard]] std::string_view view() const { return {data_, size_}; }
   operator std::string_view() const { return view(); }  // NOLINT: reads as the bytes it holds
 

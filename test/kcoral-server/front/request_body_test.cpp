@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "kcoral/multipart.hpp"
 #include "kcoral/sha256.hpp"
@@ -68,4 +70,62 @@ TEST_CASE("a multipart body's parts are hashed as the parser is fed, read by rea
   const std::string* digest = body.digests.digest_of(at, 300000);
   REQUIRE(digest != nullptr);
   CHECK(*digest == kcoral::sha256_hex(std::string(300000, 'b')));
+}
+
+namespace {
+
+// An /execute request of a program part and one blob part of `blob` bytes.
+std::pair<std::string, std::string> upload_request(const std::string& blob) {
+  kcoral::EncodedMultipart encoded = kcoral::encode_multipart(
+      {{"program", "application/json", "{}"}, {"blob:x", "application/octet-stream", blob}});
+  return {"POST /execute HTTP/1.1\r\nHost: x\r\nContent-Type: " + encoded.content_type +
+              "\r\nContent-Length: " + std::to_string(encoded.body.size()) + "\r\n\r\n" + encoded.body,
+          blob};
+}
+
+}  // namespace
+
+TEST_CASE("a large declared body is hashed on a thread beside the reads, and its blob kept at once") {
+  std::string blob(3 * kcoral::PartHasher::kFromBytes + 12345, '\0');
+  for (std::size_t i = 0; i < blob.size(); ++i) blob[i] = static_cast<char>((i * 7919) >> 3);
+  auto [request, _] = upload_request(blob);
+  http::request_parser<kcoral::RequestBody> parser;
+  parser.body_limit(std::numeric_limits<std::uint64_t>::max());
+  boost::beast::error_code ec;
+  std::size_t used = 0;
+  while (!parser.is_done() && !ec) {  // 64 KiB at a time
+    std::size_t piece = std::min<std::size_t>(65536, request.size() - used);
+    used += parser.put(boost::asio::buffer(request.data() + used, piece), ec);
+    if (ec == http::error::need_more) ec = {};
+  }
+  REQUIRE_FALSE(ec);
+  kcoral::ReceivedBody& body = parser.get().body();
+  std::size_t at = body.bytes.view().find(blob);
+  const std::string* digest = body.digests.digest_of(at, blob.size());
+  REQUIRE(digest != nullptr);
+  CHECK(*digest == kcoral::sha256_hex(blob));
+  // The hashing thread's view of the file does not keep it from being sealed.
+  auto kept = body.bytes.keep(std::vector<kcoral::BlobFile::Range>{{at, blob.size()}});
+  REQUIRE_MESSAGE(kept.has_value(), kept.error().message);
+  CHECK((*kept)[0].view() == blob);
+}
+
+TEST_CASE("a large body given up half-way stops its hashing thread, and a finished one's file outlives it") {
+  auto [request, blob] = upload_request(std::string(2 * kcoral::PartHasher::kFromBytes, 'q'));
+  for (int round = 0; round < 20; ++round) {
+    http::request_parser<kcoral::RequestBody> parser;
+    parser.body_limit(std::numeric_limits<std::uint64_t>::max());
+    boost::beast::error_code ec;
+    parser.put(boost::asio::buffer(request.data(), request.size() / 2), ec);
+    CHECK_FALSE(parser.is_done());
+  }  // each parser, its body and its file gone while its thread may still be hashing
+  kcoral::BlobFile file;
+  REQUIRE(file.append(std::string(3 * kcoral::PartHasher::kFromBytes, 'z')));
+  auto hasher = kcoral::PartHasher::start(file.fd(), file.size(), "multipart/form-data; boundary=b");
+  REQUIRE(hasher != nullptr);
+  hasher->written(file.size());
+  kcoral::MultipartDigests digests = hasher->finish();
+  hasher.reset();
+  file = std::string_view("gone");  // the thread's view was its own
+  CHECK(digests.digest_of(0, 1) == nullptr);  // no delimiter: nothing hashed
 }
