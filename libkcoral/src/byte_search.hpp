@@ -16,6 +16,9 @@ namespace kcoral {
                                             std::size_t from = 0) {
   if (from > haystack.size()) return std::string_view::npos;
   if (needle.empty()) return from;
+  // Also where nothing is left to search: memmem must not be given a null pointer, as an
+  // empty view's may be.
+  if (haystack.size() - from < needle.size()) return std::string_view::npos;
   const void* found = ::memmem(haystack.data() + from, haystack.size() - from, needle.data(), needle.size());
   return found == nullptr ? std::string_view::npos
                           : static_cast<std::size_t>(static_cast<const char*>(found) - haystack.data());

@@ -17,6 +17,8 @@ TEST_CASE("find_bytes answers as std::string_view::find does, from every start")
   CHECK(kcoral::find_bytes(npos_text, "", 4) == std::string_view::npos);
   CHECK(kcoral::find_bytes(npos_text, "c", 7) == std::string_view::npos);
   CHECK(kcoral::find_bytes("", "") == 0);
+  CHECK(kcoral::find_bytes(std::string_view(), "x") == std::string_view::npos);  // a null data()
+  CHECK(kcoral::find_bytes("x", std::string_view()) == 0);
   // Random bytes of a small alphabet, with delimiters in them, overlapping ones too.
   std::mt19937 random(7);
   std::string body;
