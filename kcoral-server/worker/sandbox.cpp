@@ -252,8 +252,9 @@ Result<pid_t> Sandbox::fork() {
 void Sandbox::admit(pid_t child) {
   if (!config_.enabled) return;
   UniqueFd socket = std::move(admit_parent_);
-  // Into its control group before it runs anything of a program's (it waits for the
-  // answer below first), while it sets up its mounts: moving a process between groups
+  auto deadline = std::chrono::steady_clock::now() + kAdmitTimeout;
+  // Into its control group before it runs anything of a program's (it waits for its
+  // admission's answer first: continue_admission), while it sets up its mounts: moving a process between groups
   // can wait on the kernel for milliseconds (cgroup v1), which the child's own setup
   // then hides. Until then it runs the sandbox's code only, charged to the zygote.
   auto worker = workers_.find(child);
@@ -261,11 +262,42 @@ void Sandbox::admit(pid_t child) {
     ::kill(child, SIGKILL);  // never runs outside its limits
     return;
   }
-  pollfd readable{socket.get(), POLLIN, 0};
+  admitting_[child] = {std::move(socket), deadline};
+}
+
+std::vector<std::pair<int, pid_t>> Sandbox::admissions() const {
+  std::vector<std::pair<int, pid_t>> sockets;
+  for (const auto& [child, admission] : admitting_) sockets.emplace_back(admission.socket.get(), child);
+  return sockets;
+}
+
+std::optional<std::chrono::steady_clock::time_point> Sandbox::admission_deadline() const {
+  std::optional<std::chrono::steady_clock::time_point> first;
+  for (const auto& [child, admission] : admitting_)
+    if (!first || admission.deadline < *first) first = admission.deadline;
+  return first;
+}
+
+void Sandbox::expire_admissions() {
+  auto now = std::chrono::steady_clock::now();
+  std::erase_if(admitting_, [&](const auto& entry) { return entry.second.deadline <= now; });
+}
+
+void Sandbox::continue_admission(pid_t child, bool wait) {
+  auto admitting = admitting_.find(child);
+  if (admitting == admitting_.end()) return;
+  UniqueFd socket = std::move(admitting->second.socket);
+  auto deadline = admitting->second.deadline;
+  admitting_.erase(admitting);
+  if (wait) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    pollfd readable{socket.get(), POLLIN, 0};
+    if (left.count() <= 0 || ::poll(&readable, 1, static_cast<int>(left.count())) != 1) return;
+  }
   char byte = 0;
-  auto timeout_ms = std::chrono::duration_cast<std::chrono::milliseconds>(kAdmitTimeout).count();
-  if (::poll(&readable, 1, static_cast<int>(timeout_ms)) != 1 || ::read(socket.get(), &byte, 1) != 1) return;
+  if (::read(socket.get(), &byte, 1) != 1 || byte != 'u') return;
   // The child made its user namespace: map its one user, unprivileged outside.
+  auto worker = workers_.find(child);
   uid_t outside_uid = zygote_is_root_ && worker != workers_.end() && worker->second.uid ? *worker->second.uid : 0;
   if (zygote_is_root_ && outside_uid == 0) {
     ::kill(child, SIGKILL);  // never mapped to root
@@ -285,6 +317,7 @@ bool Sandbox::release(pid_t child) {
   if (it == workers_.end()) return false;
   Worker worker = std::move(it->second);
   workers_.erase(it);
+  admitting_.erase(child);
   bool out_of_memory = worker.ran_out_of_memory || (worker.cgroup && worker.cgroup->oom_kills() > 0);
   if (worker.init > 0) {
     ::kill(worker.init, SIGKILL);  // the zygote reaps it like any child, then reaped() ends the rest
@@ -336,6 +369,7 @@ void Sandbox::out_of_memory(pid_t worker) {
 }
 
 void Sandbox::end() {
+  admitting_.clear();
   workers_.clear();
   ending_.clear();
   forking_ = Worker{};

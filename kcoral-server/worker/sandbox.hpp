@@ -35,11 +35,14 @@
 //
 //   // zygote, once:  Sandbox sandbox(config);     sandbox.prepare_zygote();
 //   // per fork:      auto child = sandbox.fork();  (child: sandbox.enter(...); parent: sandbox.admit(pid))
+//   // its admission: when a socket of sandbox.admissions() is readable, sandbox.continue_admission(pid);
+//   //                sandbox.expire_admissions() at sandbox.admission_deadline()
 //   // reaped:        bool out_of_memory = sandbox.release(pid);  ...  sandbox.reaped(init);
 #pragma once
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -83,8 +86,22 @@ class Sandbox {
   // group of its own. In the parent: the child's pid (or an error); in the child: 0. The
   // parent must call admit() next.
   [[nodiscard]] Result<pid_t> fork();
-  // Parent: maps the child's user namespace once it has made one (or gives up on it).
+  // Parent: moves the child into its control group, and waits, without blocking, for it to
+  // make its user namespace, which it does after its mounts: the zygote forks the next
+  // worker meanwhile, so that workers set themselves up side by side (one at a time, the
+  // zygote's wait for each was most of a fresh worker's start).
   void admit(pid_t child);
+  // Parent: the children whose admission waits, each with its socket: readable (or hung
+  // up) when the child made its namespace, or gave up.
+  [[nodiscard]] std::vector<std::pair<int, pid_t>> admissions() const;
+  // Parent: maps the user namespace of `child`, whose socket is readable, and lets it go
+  // on; or gives up on it (it died, or said something else): it then ends on its own.
+  // `wait`: first waits for the socket, until the admission's deadline.
+  void continue_admission(pid_t child, bool wait = false);
+  // Parent: when the first waiting admission is given up (none: nullopt); and giving up
+  // those past it (their children, unmapped, end on their own).
+  [[nodiscard]] std::optional<std::chrono::steady_clock::time_point> admission_deadline() const;
+  void expire_admissions();
   // Parent, once the worker `child` was reaped: ends its namespace's init. Whether its
   // program ran out of memory (the OOM killer took one of its processes, and with it the
   // program).
@@ -121,6 +138,12 @@ class Sandbox {
     bool ran_out_of_memory = false;  // its memory event fired and it was killed for it
   };
 
+  // A child's admission between admit() and its user namespace.
+  struct Admission {
+    UniqueFd socket;
+    std::chrono::steady_clock::time_point deadline;
+  };
+
   SandboxConfig config_;
   std::vector<std::string> readable_;  // canonical, sorted, none under another
   UniqueFd own_pid_namespace_;  // the zygote's, to fork the next worker from
@@ -131,6 +154,7 @@ class Sandbox {
   std::optional<UserIdPool> uids_;           // a root zygote's
   std::map<pid_t, Worker> workers_;          // by worker pid, until released
   std::map<pid_t, Worker> ending_;           // released, by init pid, until the init is reaped
+  std::map<pid_t, Admission> admitting_;     // by worker pid, until mapped or given up
   Worker forking_;                           // the next worker's; in the child, its own
   std::string no_cgroups_;                   // why there are none
   std::uint64_t forks_ = 0;                  // names the programs' control groups

@@ -15,6 +15,8 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
+#include <chrono>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -56,6 +58,7 @@ Status Zygote::trial() {
   });
   if (!pid) return std::unexpected(pid.error());
   write_end.reset();
+  sandbox_.continue_admission(*pid, /*wait=*/true);  // before serving: no other child to fork meanwhile
   std::string report;
   char buffer[4096];
   for (ssize_t n; (n = ::read(read_end.get(), buffer, sizeof buffer)) > 0;) report.append(buffer, n);
@@ -75,16 +78,28 @@ int Zygote::failed_to_start(const std::string& message) {
 int Zygote::serve(int signal_fd, std::map<std::string, std::string> versions) {
   if (!messages::send(control_, messages::ZygoteReady{std::move(versions)})) return 1;
   while (true) {
-    // The control channel, signals, and (cgroup v1) each running program's memory event.
+    // The control channel, signals, (cgroup v1) each running program's memory event, and
+    // each forked worker's admission, until its deadline.
     std::vector<std::pair<int, pid_t>> memory_events = sandbox_.memory_events();
+    std::vector<std::pair<int, pid_t>> admissions = sandbox_.admissions();
     std::vector<pollfd> fds{{control_.fd(), POLLIN, 0}, {signal_fd, POLLIN, 0}};
     for (const auto& [fd, worker] : memory_events) fds.push_back({fd, POLLIN, 0});
-    if (::poll(fds.data(), fds.size(), -1) < 0) {
+    for (const auto& [fd, worker] : admissions) fds.push_back({fd, POLLIN, 0});
+    int timeout_ms = -1;
+    if (auto deadline = sandbox_.admission_deadline()) {
+      auto left = std::chrono::ceil<std::chrono::milliseconds>(*deadline - std::chrono::steady_clock::now());
+      timeout_ms = static_cast<int>(std::clamp<std::int64_t>(left.count(), 0, 60000));
+    }
+    if (::poll(fds.data(), fds.size(), timeout_ms) < 0) {
       if (errno == EINTR) continue;
       return 1;
     }
     for (std::size_t i = 0; i < memory_events.size(); ++i)
       if (fds[2 + i].revents & POLLIN) sandbox_.out_of_memory(memory_events[i].second);
+    for (std::size_t i = 0; i < admissions.size(); ++i)
+      if (fds[2 + memory_events.size() + i].revents & (POLLIN | POLLHUP | POLLERR))
+        sandbox_.continue_admission(admissions[i].second);
+    sandbox_.expire_admissions();
     if (fds[1].revents & POLLIN) {
       signalfd_siginfo info;
       bool stop = false;

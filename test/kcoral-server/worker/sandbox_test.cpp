@@ -23,6 +23,7 @@
 #include <sys/statfs.h>
 #include <sys/syscall.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -227,6 +228,7 @@ TEST_CASE("a sandboxed worker finds only what the sandbox gives it, and what it 
     pid_t worker = *forked;
     ::close(orphan[1]);
     sandbox.admit(worker);
+    sandbox.continue_admission(worker, /*wait=*/true);
     std::vector<pid_t> inits = sandbox.inits();
     report(fd, "inits", std::to_string(inits.size()));
     int status = 0;
@@ -303,6 +305,70 @@ TEST_CASE("a sandboxed worker finds only what the sandbox gives it, and what it 
   CHECK(zygote["inits_after_reaping"] == "0");
 }
 
+TEST_CASE("workers forked one after another are admitted in whatever order they get there" *
+          doctest::skip(!kcoral::test::sandbox_possible())) {
+  Layout layout;
+  ChildReport zygote = in_child([&](int fd) {
+    kcoral::Sandbox sandbox(layout.config());
+    if (auto prepared = sandbox.prepare_zygote(); !prepared) return report(fd, "prepared", prepared.error().message);
+    std::vector<pid_t> workers;
+    for (int i = 0; i < 3; ++i) {
+      auto forked = sandbox.fork();
+      if (!forked) return report(fd, "forked", forked.error().message);
+      if (*forked == 0) {
+        auto entered = sandbox.enter({fd}, "");
+        report(fd, "worker" + std::to_string(i), entered ? "uid " + std::to_string(::getuid()) : entered.error().message);
+        ::_exit(0);
+      }
+      sandbox.admit(*forked);  // the next one is forked before this one is admitted
+      workers.push_back(*forked);
+    }
+    report(fd, "waiting", std::to_string(sandbox.admissions().size()));
+    auto deadline = sandbox.admission_deadline();
+    report(fd, "deadline_ahead_s", deadline ? std::to_string(std::chrono::duration_cast<std::chrono::seconds>(
+                                                  *deadline - std::chrono::steady_clock::now()).count())
+                                            : "none");
+    for (auto worker = workers.rbegin(); worker != workers.rend(); ++worker)
+      sandbox.continue_admission(*worker, /*wait=*/true);
+    report(fd, "waiting_after", std::to_string(sandbox.admissions().size()));
+    for (pid_t worker : workers) {
+      ::waitpid(worker, nullptr, 0);
+      sandbox.release(worker);
+    }
+  });
+  CAPTURE(zygote.text);
+  CHECK(zygote["waiting"] == "3");
+  CHECK((zygote["deadline_ahead_s"] == "9" || zygote["deadline_ahead_s"] == "10"));
+  CHECK(zygote["waiting_after"] == "0");
+  for (int i = 0; i < 3; ++i) CHECK(zygote["worker" + std::to_string(i)] == "uid 1000");
+}
+
+TEST_CASE("a worker released while its admission waits leaves the admissions and ends" *
+          doctest::skip(!kcoral::test::sandbox_possible())) {
+  Layout layout;
+  ChildReport zygote = in_child([&](int fd) {
+    kcoral::Sandbox sandbox(layout.config());
+    if (auto prepared = sandbox.prepare_zygote(); !prepared) return report(fd, "prepared", prepared.error().message);
+    auto forked = sandbox.fork();
+    if (!forked) return report(fd, "forked", forked.error().message);
+    if (*forked == 0) {
+      auto entered = sandbox.enter({fd}, "");
+      report(fd, "entered", entered ? "yes" : entered.error().message);
+      ::_exit(entered ? 0 : 4);
+    }
+    sandbox.admit(*forked);
+    sandbox.release(*forked);  // its namespace's init killed, and the worker with it
+    report(fd, "waiting", std::to_string(sandbox.admissions().size()));
+    int status = 0;
+    ::waitpid(*forked, &status, 0);
+    report(fd, "killed", WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL ? "yes" : "no");
+  });
+  CAPTURE(zygote.text);
+  CHECK(zygote["waiting"] == "0");
+  CHECK(zygote["killed"] == "yes");
+  CHECK(zygote["entered"] == "(not reported)");  // it never got past its admission
+}
+
 TEST_CASE("the readable paths are mounted canonical, none under another or under the system's" *
           doctest::skip(!kcoral::test::sandbox_possible())) {
   Layout layout;
@@ -335,6 +401,7 @@ TEST_CASE("the readable paths are mounted canonical, none under another or under
       ::_exit(0);
     }
     sandbox.admit(*forked);
+    sandbox.continue_admission(*forked, /*wait=*/true);
     ::waitpid(*forked, nullptr, 0);
     sandbox.release(*forked);
   });
