@@ -10,6 +10,7 @@ that the server refused it the documented way and went on serving everyone else:
 - past --max-connections, /health still answers and /execute gets 503;
 - a chunked body is refused as soon as it passes --max-request-bytes;
 - the in-flight byte budget turns away what does not fit with 503 and Retry-After;
+- large uploads given up half-way leave none of their hashing threads behind;
 - slow senders: an idle connection, a header and a body under the minimum rate are cut;
 - a client that goes away has its program dropped from the queue, or killed if it runs;
 - shutdown: running programs are killed and answered 503 after the grace, and a second
@@ -226,6 +227,33 @@ def test_the_inflight_budget_turns_away_what_does_not_fit(start_server):
         sock.close()
     assert wait_until(lambda: server.metric("kcoral_inflight_bytes") == 0, 10)
     assert server.execute(call("def f():\n    return 3\n", "f")).raise_for_error()["out"] == 3
+
+
+def threads_of(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("Threads:"))
+
+
+def test_large_uploads_given_up_half_way_leave_no_hashing_thread_behind(start_server):
+    # Each body of declared length from 1 MiB is hashed on a thread of its own while it
+    # comes: 40 clients that send half of one and go away must not leave 40 threads (nor
+    # memory files) behind, and the server goes on.
+    server = start_server("--num-workers", "1", "--max-request-bytes", str(4 * MiB))
+    head = (b"POST /execute HTTP/1.1\r\nHost: x\r\nContent-Type: multipart/form-data; boundary=b\r\n"
+            b"Content-Length: %d\r\n\r\n" % (2 * MiB))
+    part = b'--b\r\nContent-Disposition: form-data; name="blob:x"\r\nContent-Type: application/octet-stream\r\n\r\n'
+    before = threads_of(server.pid)
+    for _ in range(2):
+        clients = [connect(server) for _ in range(20)]
+        for sock in clients:
+            sock.sendall(head + part + b"z" * MiB)
+        assert wait_until(lambda: server.metric("kcoral_inflight_bytes") == 20 * 2 * MiB, 10)
+        assert threads_of(server.pid) >= before + 20  # their hashers, waiting for the rest
+        for sock in clients:
+            sock.close()
+        assert wait_until(lambda: threads_of(server.pid) == before, 10), (threads_of(server.pid), before)
+        assert wait_until(lambda: server.metric("kcoral_inflight_bytes") == 0, 10)
+    assert server.execute(call("def f():\n    return 5\n", "f")).raise_for_error()["out"] == 5
 
 
 # -- slow clients -----------------------------------------------------------------------------
