@@ -100,6 +100,4 @@ MultipartDigests PartHasher::finish() {
   return std::move(state_->digests);
 }
 
-std::size_t PartHasher::length() const { return state_->length; }
-
 }  // namespace kcoral

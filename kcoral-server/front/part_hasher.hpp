@@ -40,12 +40,11 @@ class PartHasher {
   PartHasher& operator=(const PartHasher&) = delete;
   ~PartHasher();  // before finish(): the thread stops without hashing further
 
-  // The body's first `size` bytes (at most the length given to start) are in the file.
+  // The body's first `size` bytes are in the file (it hashes no more than the length given
+  // to start).
   void written(std::size_t size);
   // Waits until everything written has been hashed, and gives the digests.
   [[nodiscard]] MultipartDigests finish();
-  // The most bytes it can hash: the length given to start.
-  [[nodiscard]] std::size_t length() const;
 
  private:
   struct State;

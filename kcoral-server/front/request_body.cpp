@@ -19,11 +19,8 @@ void RequestBody::reader::init(const boost::optional<std::uint64_t>& content_len
 }
 
 void RequestBody::reader::hashed_so_far() {
-  if (hasher_ && body_.bytes.size() > hasher_->length()) {
-    // More than was declared (the parser lets none through; should it): hashed here, anew.
-    hasher_.reset();
-    body_.digests = MultipartDigests(content_type_());
-  }
+  // Past the declared length (the parser lets nothing through) the hasher sees nothing, so
+  // it records no digest of a part that reaches there: parse_execute_request hashes it.
   if (hasher_) hasher_->written(body_.bytes.size());
   else body_.digests.advance(body_.bytes.view());
 }

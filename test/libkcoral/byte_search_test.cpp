@@ -29,4 +29,16 @@ TEST_CASE("find_bytes answers as std::string_view::find does, from every start")
       CHECK(kcoral::find_bytes(body, needle, from) == std::string_view(body).find(needle, from));
 }
 
+TEST_CASE("find_bytes over megabytes of random bytes full of near misses agrees with string_view::find") {
+  std::mt19937 random(13);
+  std::string body(8 << 20, '\0');
+  for (char& byte : body) byte = static_cast<char>(random());
+  const std::string needle = "\r\n--kcoral-0123456789abcdef0123456789abcdef";
+  for (std::size_t at = 5; at + needle.size() < body.size(); at += 65521)  // all but its last byte
+    body.replace(at, needle.size() - 1, needle.substr(0, needle.size() - 1));
+  body.replace(body.size() - 1000, needle.size(), needle);
+  for (std::size_t from : {std::size_t{0}, std::size_t{1} << 20, body.size() - 1000, body.size() - 999})
+    CHECK(kcoral::find_bytes(body, needle, from) == std::string_view(body).find(needle, from));
+}
+
 }  // TEST_SUITE

@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstdint>
 #include <limits>
+#include <random>
 #include <string>
 #include <utility>
 #include <vector>
@@ -128,4 +129,61 @@ TEST_CASE("a large body given up half-way stops its hashing thread, and a finish
   hasher.reset();
   file = std::string_view("gone");  // the thread's view was its own
   CHECK(digests.digest_of(0, 1) == nullptr);  // no delimiter: nothing hashed
+}
+
+TEST_CASE("megabytes of parts with near-miss delimiters in them, fed in uneven pieces, hash as parsed") {
+  // Five parts of 3 bytes to 3 MiB, whose data holds what a delimiter starts with (CRLF,
+  // "--", the boundary less its last byte) at every offset class, fed as reads of uneven
+  // size: the hashing thread's digest of each part is its SHA-256 as parse_multipart cuts it.
+  std::mt19937 random(11);
+  std::vector<std::string> blobs;
+  for (std::size_t size : {3u, 70000u, 1u << 20, 3u << 20, 123457u}) {
+    std::string blob(size, '\0');
+    for (char& byte : blob) byte = static_cast<char>(random());
+    blobs.push_back(std::move(blob));
+  }
+  // Framed by hand, around a boundary chosen here, so that the near misses are of it.
+  const std::string boundary = "kcoral-near-miss-0123456789";
+  const std::string near_miss = "\r\n--" + boundary.substr(0, boundary.size() - 1);
+  for (std::string& blob : blobs)
+    for (std::size_t at = 7; at + near_miss.size() < blob.size(); at += 4093) {
+      blob.replace(at, near_miss.size(), near_miss);
+      blob[at + near_miss.size()] = '8';  // not the boundary's last byte: a miss by one
+    }
+  kcoral::EncodedMultipart encoded{"multipart/form-data; boundary=" + boundary, ""};
+  auto add_part = [&](const std::string& name, const std::string& type, const std::string& data) {
+    encoded.body += "--" + boundary + "\r\nContent-Disposition: form-data; name=\"" + name + "\"\r\nContent-Type: " + type +
+                    "\r\n\r\n" + data + "\r\n";
+  };
+  add_part("program", "application/json", "{}");
+  for (std::size_t i = 0; i < blobs.size(); ++i) add_part("blob:" + std::to_string(i), "application/octet-stream", blobs[i]);
+  encoded.body += "--" + boundary + "--\r\n";
+  std::string request = "POST /execute HTTP/1.1\r\nHost: x\r\nContent-Type: " + encoded.content_type +
+                        "\r\nContent-Length: " + std::to_string(encoded.body.size()) + "\r\n\r\n" + encoded.body;
+  http::request_parser<kcoral::RequestBody> parser;
+  parser.body_limit(std::numeric_limits<std::uint64_t>::max());
+  boost::beast::error_code ec;
+  std::size_t used = 0;
+  while (!parser.is_done() && !ec) {
+    std::size_t piece = std::min<std::size_t>(1 + random() % 300000, request.size() - used);
+    used += parser.put(boost::asio::buffer(request.data() + used, piece), ec);
+    if (ec == http::error::need_more) ec = {};
+  }
+  REQUIRE_FALSE(ec);
+  const kcoral::ReceivedBody& body = parser.get().body();
+  auto parsed = kcoral::parse_multipart(encoded.content_type, body.bytes.view(), kcoral::MultipartLimits{});
+  REQUIRE_MESSAGE(parsed.has_value(), parsed.error().message);
+  REQUIRE(parsed->size() == blobs.size() + 1);
+  for (std::size_t i = 0; i < blobs.size(); ++i) {
+    const kcoral::MultipartPart& part = (*parsed)[i + 1];
+    CHECK(part.data == blobs[i]);
+    auto offset = static_cast<std::size_t>(part.data.data() - body.bytes.data());
+    const std::string* digest = body.digests.digest_of(offset, part.data.size());
+    if (part.data.size() < kcoral::MultipartDigests::kRecordedFrom) {
+      CHECK(digest == nullptr);  // small parts are hashed at admission
+    } else {
+      REQUIRE(digest != nullptr);
+      CHECK(*digest == kcoral::sha256_hex(blobs[i]));
+    }
+  }
 }
