@@ -3,6 +3,7 @@
 
 #include <sys/stat.h>
 
+#include <chrono>
 #include <optional>
 #include <set>
 
@@ -103,6 +104,10 @@ Result<Blob> parts_file(const std::vector<Blob>& parts) {
   return packed->front();
 }
 
+// How long threads more than the baseline's may take to end before they retire the worker
+// (ReuseBaseline::departure_now): a joined thread's exit takes microseconds.
+constexpr std::chrono::milliseconds kThreadsSettle{20};
+
 // Why a worker that may run more programs takes no other after this one; nullopt: it does.
 std::optional<std::string> retirement(const ProgramResult& result, bool left_processes,
                                       const std::optional<ReuseBaseline>& baseline, Executor& executor) {
@@ -111,7 +116,7 @@ std::optional<std::string> retirement(const ProgramResult& result, bool left_pro
   if (!baseline) return std::nullopt;
   std::set<int> answer;  // the returned values' memory files, held until the result is sent
   for (const Blob& part : result.parts) answer.insert(part.fd());
-  return baseline->departure(ReuseBaseline::capture(executor, answer));
+  return baseline->departure_now(executor, answer, kThreadsSettle);
 }
 
 // Whether the program's benchmark() refused a call for its streams (kcoral/benchmark.hpp).

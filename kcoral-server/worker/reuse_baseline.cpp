@@ -6,7 +6,9 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdio>
 #include <cstdlib>
+#include <thread>
 
 extern char** environ;
 
@@ -27,6 +29,27 @@ std::vector<int> numbered_entries(const char* path, bool descriptors) {
   }
   ::closedir(dir);
   return out;
+}
+
+// A thread's name as the kernel keeps it (at most 15 bytes), without the newline.
+std::string thread_name(int id) {
+  std::string path = "/proc/self/task/" + std::to_string(id) + "/comm";
+  std::array<char, 64> name{};
+  FILE* file = std::fopen(path.c_str(), "re");
+  if (file == nullptr) return "?";
+  std::size_t size = std::fread(name.data(), 1, name.size(), file);
+  std::fclose(file);
+  std::string out(name.data(), size);
+  while (!out.empty() && out.back() == '\n') out.pop_back();
+  return out;
+}
+
+// The names of the threads in `now` and not in `before`, for the retirement's reason.
+std::string new_threads(const std::map<int, std::string>& before, const std::map<int, std::string>& now) {
+  std::string names;
+  for (const auto& [id, name] : now)
+    if (!before.contains(id)) names += (names.empty() ? "" : ", ") + name;
+  return names.empty() ? std::string() : " (new: " + names + ")";
 }
 
 std::string link_target(int fd) {
@@ -52,22 +75,46 @@ std::string variable_change(const std::string& change) {
   return change.starts_with('+') ? name + " set or changed" : name + " unset";
 }
 
+// This process's threads, by id, with their names.
+std::map<int, std::string> current_threads() {
+  std::map<int, std::string> threads;
+  for (int id : numbered_entries("/proc/self/task", false)) threads.emplace(id, thread_name(id));
+  return threads;
+}
+
 }  // namespace
 
-ReuseBaseline ReuseBaseline::capture(Executor& executor, const std::set<int>& answer_descriptors) {
+ReuseBaseline ReuseBaseline::capture(Executor& executor) { return capture(executor, {}, true); }
+
+ReuseBaseline ReuseBaseline::capture(Executor& executor, const std::set<int>& answer_descriptors, bool with_names) {
   ReuseBaseline state;
-  state.threads_ = numbered_entries("/proc/self/task", false).size();
+  state.threads_ = current_threads();
   for (int fd : numbered_entries("/proc/self/fd", true))
     if (!answer_descriptors.contains(fd)) state.descriptors_.emplace(fd, link_target(fd));
   for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) state.environment_.emplace_back(*entry);
   std::sort(state.environment_.begin(), state.environment_.end());
-  state.interpreter_ = executor.interpreter_state();
+  state.interpreter_ = executor.interpreter_state(with_names);
   return state;
 }
 
+std::optional<std::string> ReuseBaseline::departure_now(Executor& executor, const std::set<int>& answer_descriptors,
+                                                        std::chrono::milliseconds settle) const {
+  ReuseBaseline now = capture(executor, answer_descriptors, false);
+  auto deadline = std::chrono::steady_clock::now() + settle;
+  while (now.threads_.size() != threads_.size() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::microseconds(500));
+    now.threads_ = current_threads();
+  }
+  if (now.interpreter_.readable && !interpreter_.same_modules(now.interpreter_))
+    now.interpreter_ = executor.interpreter_state(true);  // to say which
+  return departure(now);
+}
+
 std::optional<std::string> ReuseBaseline::departure(const ReuseBaseline& now) const {
-  if (now.threads_ != threads_)
-    return "threads: " + std::to_string(now.threads_) + " after the program, " + std::to_string(threads_) + " before";
+  // Counted, not matched by id: a pool may replace a thread it retired with another.
+  if (now.threads_.size() != threads_.size())
+    return "threads: " + std::to_string(now.threads_.size()) + " after the program, " + std::to_string(threads_.size()) +
+           " before" + new_threads(threads_, now.threads_);
   if (now.descriptors_ != descriptors_) {
     for (const auto& [fd, target] : now.descriptors_) {
       auto was = descriptors_.find(fd);
@@ -79,8 +126,10 @@ std::optional<std::string> ReuseBaseline::departure(const ReuseBaseline& now) co
   if (now.environment_ != environment_)
     return "environment: " + variable_change(first_change(environment_, now.environment_));
   if (!now.interpreter_.readable) return "imported modules: the interpreter could not list them";
-  if (now.interpreter_.modules != interpreter_.modules)
-    return "imported modules: " + first_change(interpreter_.modules, now.interpreter_.modules);
+  if (!interpreter_.same_modules(now.interpreter_)) {
+    std::string change = first_change(interpreter_.modules, now.interpreter_.modules);
+    return "imported modules: " + (change.empty() ? "a key that is not a string" : change);
+  }
   if (now.interpreter_.gpu_bytes != interpreter_.gpu_bytes)
     return "GPU memory: torch holds " + std::to_string(now.interpreter_.gpu_bytes) + " bytes, " +
            std::to_string(interpreter_.gpu_bytes) + " before";

@@ -13,9 +13,10 @@
 // inside native libraries beyond what these show, GPU memory taken outside torch, and
 // loaded CUDA modules (the driver has no call that lists them).
 //   auto baseline = kcoral::ReuseBaseline::capture(executor);
-//   if (auto why = baseline.departure(kcoral::ReuseBaseline::capture(executor))) retire(*why);
+//   if (auto why = baseline.departure_now(executor, answer_fds, std::chrono::milliseconds(20))) retire(*why);
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <map>
 #include <optional>
@@ -29,16 +30,27 @@ namespace kcoral {
 
 class ReuseBaseline {
  public:
-  // `answer_descriptors`: those the worker holds for the answer it is about to send (the
-  // returned values' memory files), left out.
-  [[nodiscard]] static ReuseBaseline capture(Executor& executor, const std::set<int>& answer_descriptors = {});
+  // The worker's state now, as the baseline.
+  [[nodiscard]] static ReuseBaseline capture(Executor& executor);
 
-  // How `now` differs from this baseline, for a person ("a thread was left running: 3
-  // threads, 2 before"); nullopt when it does not.
-  [[nodiscard]] std::optional<std::string> departure(const ReuseBaseline& now) const;
+  // How the worker's state now differs from this baseline, for a person ("threads: 7
+  // after the program, 6 before (new: cuda-EvtHandlr)"); nullopt when it does not.
+  // `answer_descriptors`: those the worker holds for the answer it is about to send (the
+  // returned values' memory files), left out. Threads more or fewer than the baseline's
+  // are counted again, until they match or `settle` has passed: a thread that was joined
+  // (the program's output reader, a hashing helper, a Python thread) stays listed in /proc
+  // for a moment while the kernel finishes its exit, and a thread of the program's that
+  // ends within `settle` has left nothing running.
+  [[nodiscard]] std::optional<std::string> departure_now(Executor& executor, const std::set<int>& answer_descriptors,
+                                                         std::chrono::milliseconds settle) const;
 
  private:
-  std::size_t threads_ = 0;
+  // `with_names`: the module names too (InterpreterState), which only a baseline and a
+  // changed state need.
+  static ReuseBaseline capture(Executor& executor, const std::set<int>& answer_descriptors, bool with_names);
+  std::optional<std::string> departure(const ReuseBaseline& now) const;
+
+  std::map<int, std::string> threads_;      // thread id -> its name (/proc/self/task/ID/comm)
   std::map<int, std::string> descriptors_;  // number -> what it refers to
   std::vector<std::string> environment_;    // NAME=value, sorted
   InterpreterState interpreter_;

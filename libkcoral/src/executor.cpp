@@ -233,19 +233,25 @@ void Executor::warm_up(const std::string& work_root) {
   (void)run(built->program, built->blobs, lease, options);
 }
 
-InterpreterState Executor::interpreter_state() {
+InterpreterState Executor::interpreter_state(bool with_names) {
   cpython::Gil gil;
   InterpreterState state;
-  PyRef found = PyRef::steal(PyObject_CallMethod(impl_->support.get(), "reuse_state", nullptr));
+  PyRef found = PyRef::steal(
+      PyObject_CallMethod(impl_->support.get(), "reuse_state", "O", with_names ? Py_True : Py_False));
+  long long fingerprint = 0;
+  Py_ssize_t count = 0;
   PyObject* names = nullptr;
   unsigned long long gpu_bytes = 0;
-  if (!found || !PyArg_ParseTuple(found.get(), "O!K", &PyList_Type, &names, &gpu_bytes)) {
+  if (!found || !PyArg_ParseTuple(found.get(), "LnOK", &fingerprint, &count, &names, &gpu_bytes) ||
+      (with_names && !PyList_Check(names))) {
     PyErr_Clear();
     state.readable = false;
     return state;
   }
+  state.modules_fingerprint = fingerprint;
+  state.module_count = static_cast<std::size_t>(count);
   state.gpu_bytes = gpu_bytes;
-  for (Py_ssize_t i = 0; i < PyList_GET_SIZE(names); ++i) {
+  for (Py_ssize_t i = 0; with_names && i < PyList_GET_SIZE(names); ++i) {
     Py_ssize_t size = 0;
     const char* name = PyUnicode_AsUTF8AndSize(PyList_GET_ITEM(names, i), &size);
     if (name == nullptr) {

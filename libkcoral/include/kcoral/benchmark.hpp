@@ -75,9 +75,9 @@ using BenchmarkCall = std::function<Status()>;
                                                     const BenchmarkConfig& config);
 
 // What run_benchmark's first call would otherwise set up inside a program's lease: CUPTI
-// (loaded, its activity buffers made by one enable and disable) and NVML (the clock
-// samples). For a worker to call before it takes a program; a failure here is left for
-// run_benchmark to report.
+// (loaded, and its buffer thread started by recording a 4-byte memset of the current
+// context's) and NVML (the clock samples). For a worker to call before it takes a
+// program, with its context current; a failure here is left for run_benchmark to report.
 void prepare_benchmark();
 
 // For a process whose CUDA contexts have one hardware queue (CUDA_DEVICE_MAX_CONNECTIONS=1:

@@ -54,9 +54,17 @@ struct PreloadedModule {
 
 // What a program may leave in the interpreter for the next one run by the same process.
 struct InterpreterState {
-  std::vector<std::string> modules;  // the names in sys.modules, sorted
+  // sys.modules' keys as a fingerprint (the hash of their set, for this process): whether
+  // they changed is found in about 0.1 ms, where listing 8,000 names sorted takes 1 ms.
+  std::int64_t modules_fingerprint = 0;
+  std::size_t module_count = 0;
+  std::vector<std::string> modules;  // the names in sys.modules, sorted; only when asked
   std::uint64_t gpu_bytes = 0;       // GPU memory torch's allocator has given out (live tensors)
   bool readable = true;              // false: the interpreter could not say (a program broke it)
+
+  [[nodiscard]] bool same_modules(const InterpreterState& other) const {
+    return modules_fingerprint == other.modules_fingerprint && module_count == other.module_count;
+  }
 };
 struct RunOptions {
   std::uint64_t output_limit_bytes = 1u << 20;  // per stream; 0 turns capture off
@@ -105,8 +113,9 @@ class Executor {
   // child, before its first real program arrives.
   void warm_up(const std::string& work_root);
   // This interpreter's state as a program may change it (see InterpreterState): a process
-  // that runs several programs compares it between them.
-  [[nodiscard]] InterpreterState interpreter_state();
+  // that runs several programs compares it between them. `with_names`: the module names
+  // too, to say what changed.
+  [[nodiscard]] InterpreterState interpreter_state(bool with_names);
 
  private:
   struct Impl;

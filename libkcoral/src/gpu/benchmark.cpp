@@ -351,8 +351,19 @@ Result<BenchmarkReport> run_benchmark(const BenchmarkCall& call, const Benchmark
 void prepare_benchmark() {
   const DriverApi* cuda = driver_api();
   if (cuda == nullptr) return;
-  // CUPTI sets itself up on its first recording: here, before any program's timing.
-  if (auto recorder = ActivityRecorder::get(); recorder) (void)(*recorder)->record();
+  // CUPTI sets itself up on its first recording, and starts the thread that takes its full
+  // buffers on the first buffer it fills: here, with a 4-byte memset recorded, before any
+  // program's timing and before a reused worker's baseline (whose thread count it joins).
+  if (auto recorder = ActivityRecorder::get(); recorder) {
+    auto recording = (*recorder)->record();
+    CUdeviceptr word = 0;
+    if (recording && cuda->cuMemAlloc(&word, 4) == CUDA_SUCCESS) {
+      (void)cuda->cuMemsetD8Async(word, 0, 4, nullptr);
+      (void)cuda->cuCtxSynchronize();
+      (void)(*recorder)->collect();
+      (void)cuda->cuMemFree(word);
+    }
+  }
   if (std::string uuid = current_device_uuid(*cuda); !uuid.empty()) (void)sm_clock_mhz(uuid);
 }
 

@@ -6,7 +6,8 @@
 // parse failing at its upload with `engine`; a blob described wrongly left out, so the
 // program fails on it; a reused worker saying ready again and exiting when the front lets
 // it go; one retired when its program leaves a process (which is killed) or, under the
-// reuse check, changes its environment, saying why; a GPU worker taking its
+// reuse check, changes its environment, saying why; a thread that ends just after its
+// program, which does not retire the worker, and one left running, which does; a GPU worker taking its
 // context-making turn before ready, and failing its start when the front goes instead.
 #include <doctest/doctest.h>
 
@@ -248,6 +249,26 @@ TEST_CASE("under the reuse check, a program that changes the worker's environmen
   CHECK_FALSE(life.results[1].continues);
   CHECK(life.results[1].retired.starts_with("environment"));
   CHECK(life.results[1].retired.find("KCORAL_TEST_LEFT") != std::string::npos);
+}
+
+TEST_CASE("under the reuse check, a thread that ends just after its program does not retire the worker; one left running does") {
+  kcoral::test::TempDir directory;
+  auto ending = calling("import threading, time\ndef main():\n"
+                        "    threading.Thread(target=time.sleep, args=(0.005,)).start()\n    return 1\n");
+  auto left = calling("import threading, time\ndef main():\n"
+                      "    threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n    return 1\n");
+  Life life = live(options_in(directory, 3), [&](Front& front, Life& life) {
+    if (!front.expect<messages::Ready>() || !front.send_job(ending) || !until_result(front, life)) return;
+    if (!front.expect<messages::Ready>() || !front.send_job(left)) return;
+    until_result(front, life);
+  });
+  CHECK(life.exit_code == 0);
+  REQUIRE(life.results.size() == 2);
+  CHECK(life.results[0].continues);
+  CHECK(life.results[0].retired.empty());
+  CHECK_FALSE(life.results[1].continues);
+  CHECK(life.results[1].retired.starts_with("threads: "));
+  CHECK(life.results[1].retired.find(" (new: ") != std::string::npos);
 }
 
 TEST_CASE("a GPU worker makes its device under the front's init lease, given back before it says ready") {

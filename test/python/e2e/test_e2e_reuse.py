@@ -102,6 +102,44 @@ def test_the_event_log_says_why_and_names_no_value_of_the_program(checked, log_d
     assert "secret value" not in checked.stderr_text()
 
 
+# sys.modules as long as before, with one name changed: the fingerprint of the names, not
+# their count, finds it.
+RENAMED_MODULE = "import sys\n\ndef change():\n    sys.modules['kcoral_json'] = sys.modules.pop('json')\n"
+
+
+def test_a_module_renamed_in_sys_modules_retires_the_worker_and_is_named(checked, log_dir):
+    marks(checked)
+    request_id = checked.execute(call(RENAMED_MODULE, "change")).raise_for_error().request_id
+    assert marks(checked) == 0
+    events = [json.loads(line) for line in (log_dir / "events.jsonl").read_text().splitlines()]
+    [event] = [event for event in events if event["request_id"] == request_id]
+    assert event["worker_retired"] == "imported modules: +kcoral_json", event
+
+
+NAMED_THREAD = """
+import ctypes, threading, time
+
+def change():
+    named = threading.Event()
+
+    def run():
+        ctypes.CDLL(None).prctl(15, b"kc-left-behind", 0, 0, 0)  # PR_SET_NAME
+        named.set()
+        time.sleep(600)
+
+    threading.Thread(target=run, daemon=True).start()
+    named.wait()
+"""
+
+
+def test_the_reason_names_a_thread_left_running(checked, log_dir):
+    request_id = checked.execute(call(NAMED_THREAD, "change")).raise_for_error().request_id
+    events = [json.loads(line) for line in (log_dir / "events.jsonl").read_text().splitlines()]
+    [event] = [event for event in events if event["request_id"] == request_id]
+    assert event["worker_retired"].startswith("threads: "), event
+    assert event["worker_retired"].endswith(" (new: kc-left-behind)"), event
+
+
 def test_without_the_check_a_changed_worker_is_reused(start_server):
     server = start_server("--num-workers", "1", "--programs-per-worker", "100", "--reuse-check", "none")
     assert "--reuse-check none" in server.stderr_text()
