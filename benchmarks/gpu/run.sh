@@ -264,7 +264,7 @@ if [[ ${1:-} == contexts || ${1:-} == reuse ]]; then
       -k "tensor or benchmark or cpu_only" 2>&1 | tail -5 | tee -a "$result/$1.md"
     # and a server of the test's own: benchmark() programs keep sharing a checked worker
     KCORAL_GPU_URL=${servers[1]#*=} KCORAL_SERVER=$root/build/gpu/kcoral-server/kcoral-server timeout 300 \
-      "$python" -m pytest -q -p no:cacheprovider test/python/gpu/test_gpu_reuse.py 2>&1 | tail -5 | tee -a "$result/$1.md"
+      "$python" -m pytest -q -p no:cacheprovider test/python/gpu/test_gpu_reuse.py 2>&1 | tail -40 | tee -a "$result/$1.md"
   fi
   echo "why workers were retired:" | tee -a "$result/$1.md"
   cat "$out"/events-*/events.jsonl 2>/dev/null | grep -o '"worker_retired":"[^"]*"' | sort | uniq -c | sort -rn | head |

@@ -172,7 +172,12 @@ int serve_programs(Executor& executor, Courier& courier, const ProgramProcessOpt
     }
   }
   std::optional<ReuseBaseline> baseline;
-  if (options.programs > 1 && options.check_reuse) baseline = ReuseBaseline::capture(executor);
+  if (options.programs > 1) {
+    // What the worker made ready (CUDA's and the frameworks' objects) stays for its life:
+    // frozen, the collection each check makes between programs, and Python's own, skip it.
+    executor.freeze_objects();
+    if (options.check_reuse) baseline = ReuseBaseline::capture(executor);
+  }
   for (std::size_t served = 0; served < options.programs; ++served) {
     if (!courier.send(messages::Ready{})) return 1;
     std::optional<Job> job = next_job(courier);

@@ -120,7 +120,7 @@ int run_worker_parent(const std::vector<std::string>& arguments) {
   if (!preloaded) return failed(preloaded.error().message);
   std::fprintf(stderr, "kcoral-server: preloaded: %s\n", describe_preload(*preloaded).c_str());
   auto versions = (*executor)->versions();
-  (*executor)->prepare_for_fork();
+  (*executor)->freeze_objects();
   // After the collection and freeze, which leave the heap as the workers will find it.
   std::fprintf(stderr, "kcoral-server: huge pages: %s\n", kcoral::collapse_anonymous_memory().describe().c_str());
   options->interpreter_bin = std::filesystem::path(kcoral::cpython::interpreter_executable()).parent_path().string();

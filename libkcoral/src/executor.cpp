@@ -182,7 +182,7 @@ Status Executor::prepare_device() {
   return impl_->device->prepare();
 }
 
-void Executor::prepare_for_fork() {
+void Executor::freeze_objects() {
   cpython::Gil gil;
   PyRef gc = PyRef::steal(PyImport_ImportModule("gc"));
   PyRef collected = gc ? PyRef::steal(PyObject_CallMethod(gc.get(), "collect", nullptr)) : PyRef();

@@ -392,11 +392,22 @@ def reuse_state(with_names: bool) -> tuple[int, int, list[str] | None, int]:
     gc.collect()
     keys = frozenset(list(sys.modules))
     names = sorted(name for name in keys if isinstance(name, str)) if with_names else None
+    return hash(keys), len(keys), names, _torch_gpu_bytes()
+
+
+def _torch_gpu_bytes() -> int:
+    """The bytes torch's allocator has given out on the current device: its one counter,
+    read from the allocator's statistics as torch keeps them. torch.cuda.memory_allocated()
+    reads the same counter after flattening every statistic into a sorted dictionary; it is
+    the fallback."""
     torch = sys.modules.get("torch")
-    gpu_bytes = 0
-    if torch is not None and torch.cuda.is_initialized():
-        gpu_bytes = torch.cuda.memory_allocated()
-    return hash(keys), len(keys), names, gpu_bytes
+    if torch is None or not torch.cuda.is_initialized():
+        return 0
+    try:
+        stats = torch._C._cuda_memoryStats(torch.cuda.current_device())
+        return int(stats["allocated_bytes"]["all"]["current"])
+    except (AttributeError, KeyError, TypeError):
+        return int(torch.cuda.memory_allocated())
 
 
 def versions() -> dict[str, str]:

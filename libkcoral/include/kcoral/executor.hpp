@@ -97,10 +97,13 @@ class Executor {
   // before the first program. A process that forks children calls it in each child.
   [[nodiscard]] Status prepare_device();
 
-  // For a process that forks one child per program: moves every object alive now out of
-  // the garbage collector's reach (gc.freeze), so that collections in a child do not
-  // write to, and so copy, the parent's memory pages.
-  void prepare_for_fork();
+  // Collects garbage and moves every object alive now out of the collector's reach
+  // (gc.freeze), so that later collections skip them: in a process that forks one child
+  // per program, collections in a child then do not write to, and so copy, the parent's
+  // memory pages; in one that runs several programs, a collection between programs walks
+  // only what the programs made (a worker with torch, Triton and TVM made ready holds
+  // hundreds of thousands of objects).
+  void freeze_objects();
   // For such a process, before it forks: imports each module in order that a trial child,
   // forked just before, imported without raising and without leaving the process unsafe
   // to fork (more than one thread, a CUDA device file open or mapped: CUDA does not survive

@@ -201,7 +201,7 @@ class ZygoteProcess {
     options.interpreter_bin = fs::path(kcoral::cpython::interpreter_executable()).parent_path().string();
     kcoral::Sandbox sandbox(std::move(config));
     auto prepared = sandbox.prepare_zygote();
-    executor.prepare_for_fork();
+    executor.freeze_objects();
     sandbox.add_readable_paths(kcoral::cpython::interpreter_paths());
     sigset_t mask;
     sigemptyset(&mask);

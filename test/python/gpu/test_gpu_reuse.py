@@ -62,7 +62,8 @@ def test_programs_that_time_kernels_share_their_worker(server):
     seen = [first]
     for name in ("timed", "timed", "tensors", "timed", "tensors"):
         answer = server.execute(call(PROGRAMS, name), read_timeout_s=120)
-        out = answer.raise_for_error()["out"]
+        assert answer.completed, (name, answer.error, answer.stderr)
+        out = answer.results["out"]
         if name == "timed":
             assert out[1], out  # the kernel was seen
         seen.append(out[0])
