@@ -104,6 +104,15 @@ Result<Blob> parts_file(const std::vector<Blob>& parts) {
   return packed->front();
 }
 
+// The threads benchmark() had CUPTI start, which the reuse check leaves out (kcoral/benchmark.hpp).
+std::vector<int> benchmark_threads() {
+#ifdef KCORAL_HAVE_CUDA
+  return gpu::benchmark_threads();
+#else
+  return {};
+#endif
+}
+
 // How long threads more than the baseline's may take to end before they retire the worker
 // (ReuseBaseline::departure_now): a joined thread's exit takes microseconds.
 constexpr std::chrono::milliseconds kThreadsSettle{20};
@@ -116,7 +125,7 @@ std::optional<std::string> retirement(const ProgramResult& result, bool left_pro
   if (!baseline) return std::nullopt;
   std::set<int> answer;  // the returned values' memory files, held until the result is sent
   for (const Blob& part : result.parts) answer.insert(part.fd());
-  return baseline->departure_now(executor, answer, kThreadsSettle);
+  return baseline->departure_now(executor, answer, kThreadsSettle, benchmark_threads());
 }
 
 // Whether the program's benchmark() refused a call for its streams (kcoral/benchmark.hpp).

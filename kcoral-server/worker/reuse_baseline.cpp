@@ -45,10 +45,10 @@ std::string thread_name(int id) {
 }
 
 // The names of the threads in `now` and not in `before`, for the retirement's reason.
-std::string new_threads(const std::map<int, std::string>& before, const std::map<int, std::string>& now) {
+std::string new_threads(const std::set<int>& before, const std::set<int>& now) {
   std::string names;
-  for (const auto& [id, name] : now)
-    if (!before.contains(id)) names += (names.empty() ? "" : ", ") + name;
+  for (int id : now)
+    if (!before.contains(id)) names += (names.empty() ? "" : ", ") + thread_name(id);
   return names.empty() ? std::string() : " (new: " + names + ")";
 }
 
@@ -75,11 +75,10 @@ std::string variable_change(const std::string& change) {
   return change.starts_with('+') ? name + " set or changed" : name + " unset";
 }
 
-// This process's threads, by id, with their names.
-std::map<int, std::string> current_threads() {
-  std::map<int, std::string> threads;
-  for (int id : numbered_entries("/proc/self/task", false)) threads.emplace(id, thread_name(id));
-  return threads;
+// This process's threads, by id.
+std::set<int> current_threads() {
+  std::vector<int> ids = numbered_entries("/proc/self/task", false);
+  return {ids.begin(), ids.end()};
 }
 
 }  // namespace
@@ -98,16 +97,24 @@ ReuseBaseline ReuseBaseline::capture(Executor& executor, const std::set<int>& an
 }
 
 std::optional<std::string> ReuseBaseline::departure_now(Executor& executor, const std::set<int>& answer_descriptors,
-                                                        std::chrono::milliseconds settle) const {
+                                                        std::chrono::milliseconds settle,
+                                                        const std::vector<int>& tool_threads) const {
   ReuseBaseline now = capture(executor, answer_descriptors, false);
+  now.threads_ = threads_now(tool_threads);
   auto deadline = std::chrono::steady_clock::now() + settle;
   while (now.threads_.size() != threads_.size() && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::microseconds(500));
-    now.threads_ = current_threads();
+    now.threads_ = threads_now(tool_threads);
   }
   if (now.interpreter_.readable && !interpreter_.same_modules(now.interpreter_))
     now.interpreter_ = executor.interpreter_state(true);  // to say which
   return departure(now);
+}
+
+std::set<int> ReuseBaseline::threads_now(const std::vector<int>& tool_threads) {
+  std::set<int> threads = current_threads();
+  for (int id : tool_threads) threads.erase(id);
+  return threads;
 }
 
 std::optional<std::string> ReuseBaseline::departure(const ReuseBaseline& now) const {

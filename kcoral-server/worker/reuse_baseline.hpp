@@ -40,17 +40,22 @@ class ReuseBaseline {
   // are counted again, until they match or `settle` has passed: a thread that was joined
   // (the program's output reader, a hashing helper, a Python thread) stays listed in /proc
   // for a moment while the kernel finishes its exit, and a thread of the program's that
-  // ends within `settle` has left nothing running.
+  // ends within `settle` has left nothing running. `tool_threads`: threads, by id, that a
+  // tool the program used started for good and are not the program's (CUPTI's, for
+  // benchmark()), left out.
   [[nodiscard]] std::optional<std::string> departure_now(Executor& executor, const std::set<int>& answer_descriptors,
-                                                         std::chrono::milliseconds settle) const;
+                                                         std::chrono::milliseconds settle,
+                                                         const std::vector<int>& tool_threads = {}) const;
 
  private:
   // `with_names`: the module names too (InterpreterState), which only a baseline and a
   // changed state need.
   static ReuseBaseline capture(Executor& executor, const std::set<int>& answer_descriptors, bool with_names);
   std::optional<std::string> departure(const ReuseBaseline& now) const;
+  // This process's threads, less `tool_threads`.
+  static std::set<int> threads_now(const std::vector<int>& tool_threads);
 
-  std::map<int, std::string> threads_;      // thread id -> its name (/proc/self/task/ID/comm)
+  std::set<int> threads_;                   // by id; named (/proc/self/task/ID/comm) only in a reason
   std::map<int, std::string> descriptors_;  // number -> what it refers to
   std::vector<std::string> environment_;    // NAME=value, sorted
   InterpreterState interpreter_;

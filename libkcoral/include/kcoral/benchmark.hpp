@@ -75,10 +75,16 @@ using BenchmarkCall = std::function<Status()>;
                                                     const BenchmarkConfig& config);
 
 // What run_benchmark's first call would otherwise set up inside a program's lease: CUPTI
-// (loaded, and its buffer thread started by recording a 4-byte memset of the current
-// context's) and NVML (the clock samples). For a worker to call before it takes a
-// program, with its context current; a failure here is left for run_benchmark to report.
+// (loaded, its activity buffers made by one enable and disable) and NVML (the clock
+// samples). For a worker to call before it takes a program; a failure here is left for
+// run_benchmark to report.
 void prepare_benchmark();
+
+// The thread CUPTI starts, for good, when run_benchmark first records GPU activity in this
+// process (the one that takes its filled buffers), by id; empty until then. It is
+// benchmark()'s, not the program's: a worker that checks its threads between programs
+// leaves it out.
+[[nodiscard]] std::vector<int> benchmark_threads();
 
 // For a process whose CUDA contexts have one hardware queue (CUDA_DEVICE_MAX_CONNECTIONS=1:
 // a kcoral-server worker made fast to start), where work on two streams runs one after

@@ -38,6 +38,10 @@ class ActivityRecorder {
   [[nodiscard]] std::vector<GpuActivity> collect();
   // The current CUPTI timestamp, on the clock of the records.
   [[nodiscard]] std::uint64_t now_ns() const;
+  // The thread CUPTI started to take its filled buffers, by id, once a Recording that
+  // filled one has ended: the one thread that appeared while the first such Recording
+  // lived (none when the recorded function started threads of its own too). Empty before.
+  [[nodiscard]] static std::vector<int> started_threads();
 
  private:
   ActivityRecorder() = default;
@@ -56,6 +60,10 @@ class ActivityRecorder::Recording {
   Recording() = default;
 
   std::size_t enabled_ = 0;  // how many of the recorded kinds are on; 0 once moved from
+  // Until CUPTI's thread is known: the process's threads, and the buffers filled, when
+  // this Recording began.
+  std::vector<int> threads_before_;
+  std::uint64_t buffers_before_ = 0;
 };
 
 }  // namespace kcoral::gpu

@@ -351,21 +351,16 @@ Result<BenchmarkReport> run_benchmark(const BenchmarkCall& call, const Benchmark
 void prepare_benchmark() {
   const DriverApi* cuda = driver_api();
   if (cuda == nullptr) return;
-  // CUPTI sets itself up on its first recording, and starts the thread that takes its full
-  // buffers on the first buffer it fills: here, with a 4-byte memset recorded, before any
-  // program's timing and before a reused worker's baseline (whose thread count it joins).
-  if (auto recorder = ActivityRecorder::get(); recorder) {
-    auto recording = (*recorder)->record();
-    CUdeviceptr word = 0;
-    if (recording && cuda->cuMemAlloc(&word, 4) == CUDA_SUCCESS) {
-      (void)cuda->cuMemsetD8Async(word, 0, 4, nullptr);
-      (void)cuda->cuCtxSynchronize();
-      (void)(*recorder)->collect();
-      (void)cuda->cuMemFree(word);
-    }
-  }
+  // CUPTI sets itself up on its first recording: here, before any program's timing. The
+  // thread for its buffers it starts with the first buffer it fills, in the first
+  // program's benchmark(), and a reused worker's check leaves it out (benchmark_threads()).
+  // Filling a buffer here (a recorded memset) would start it before the check's baseline,
+  // but it is GPU work outside any program's lease, so it is not done.
+  if (auto recorder = ActivityRecorder::get(); recorder) (void)(*recorder)->record();
   if (std::string uuid = current_device_uuid(*cuda); !uuid.empty()) (void)sm_clock_mhz(uuid);
 }
+
+std::vector<int> benchmark_threads() { return ActivityRecorder::started_threads(); }
 
 void refuse_multi_stream_calls(bool refuse) { refuse_multi_stream = refuse; }
 

@@ -1,9 +1,10 @@
 """Reused workers on a GPU server, checked between programs (--programs-per-worker N with
 --reuse-check state, the default): a program that times a kernel with benchmark() leaves
-its worker as it found it, so the next program of the tenant runs in the same worker. What
-benchmark() sets up for good (CUPTI's buffer thread, NVML) is set up before the worker's
-baseline is taken, so that the first timed program does not count it as left behind. Needs
-a GPU (KCORAL_GPU_URL says there is one) and starts a server of its own (KCORAL_SERVER).
+its worker as it found it, so the next program of the tenant runs in the same worker. The
+thread CUPTI starts in a worker's first benchmark(), for good, is benchmark()'s and not
+counted as left behind. Each timing sees its kernel (0.5 ms long: a shorter one can fall
+out of its call's window, benchmarks/gpu/results/2026-12-05-h100-timing-windows.md). Needs a GPU
+(KCORAL_GPU_URL says there is one) and starts a server of its own (KCORAL_SERVER).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ def mark():
 
 def timed():
     seen = mark()
-    report = benchmark(lambda: torch.cuda._sleep(20_000), {"warmup": 2, "repeat": 10})
+    report = benchmark(lambda: torch.cuda._sleep(1_000_000), {"warmup": 2, "repeat": 10})
     return [seen, report["activities"]]
 
 
