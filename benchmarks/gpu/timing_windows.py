@@ -42,8 +42,9 @@ def tensors():
 '''
 
 # (function, args...): ~10 us is 20,000 cycles, ~2 ms 4,000,000.
-STEPS = [("timed", 20_000, 1), ("timed", 20_000, 1), ("tensors",), ("timed", 20_000, 1), ("timed", 4_000_000, 1),
-         ("tensors",), ("timed", 20_000, 3), ("timed", 4_000_000, 2), ("tensors",), ("timed", 20_000, 1)]
+STEPS = [("timed", 20_000, 1), ("timed", 20_000, 1), ("tensors",), ("timed", 20_000, 1),
+         ("timed", 4_000_000, 1), ("tensors",), ("timed", 20_000, 3), ("timed", 4_000_000, 2), ("tensors",),
+         ("timed", 20_000, 1)]
 
 
 def program(name: str, *args: int) -> Program:
