@@ -2,7 +2,7 @@
 // was, between programs, to take the next one (kcoral-server --reuse-check state).
 //
 // Captured once the worker is ready, before its first program: its threads, its open
-// descriptors (number and target), its environment (the C library's, which os.environ
+// descriptors (number, and the file each refers to), its environment (the C library's, which os.environ
 // mirrors), the interpreter's imported modules and the GPU memory torch has given out.
 // After each program the worker captures it again; any difference retires the worker
 // (the reason says which). Child processes are checked apart: none may outlive a program.
@@ -16,12 +16,15 @@
 //   if (auto why = baseline.departure_now(executor, answer_fds, std::chrono::milliseconds(20))) retire(*why);
 #pragma once
 
+#include <sys/types.h>
+
 #include <chrono>
 #include <cstddef>
 #include <map>
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kcoral/executor.hpp"
@@ -56,7 +59,7 @@ class ReuseBaseline {
   static std::set<int> threads_now(const std::vector<int>& tool_threads);
 
   std::set<int> threads_;                   // by id; named (/proc/self/task/ID/comm) only in a reason
-  std::map<int, std::string> descriptors_;  // number -> what it refers to
+  std::map<int, std::pair<dev_t, ino_t>> descriptors_;  // number -> the file it refers to
   std::vector<std::string> environment_;    // NAME=value, sorted
   InterpreterState interpreter_;
 };

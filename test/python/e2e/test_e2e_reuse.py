@@ -116,6 +116,23 @@ def test_a_module_renamed_in_sys_modules_retires_the_worker_and_is_named(checked
     assert event["worker_retired"] == "imported modules: +kcoral_json", event
 
 
+# The worker's standard input, on the same number, now a pipe's end: the same descriptors
+# by number, another file.
+REPLACED_DESCRIPTOR = (
+    "import os\n\ndef change():\n    read, write = os.pipe()\n    os.dup2(read, 0)\n"
+    "    os.close(read)\n    os.close(write)\n"
+)
+
+
+def test_a_descriptor_that_refers_to_another_file_retires_the_worker(checked, log_dir):
+    marks(checked)
+    request_id = checked.execute(call(REPLACED_DESCRIPTOR, "change")).raise_for_error().request_id
+    assert marks(checked) == 0
+    events = [json.loads(line) for line in (log_dir / "events.jsonl").read_text().splitlines()]
+    [event] = [event for event in events if event["request_id"] == request_id]
+    assert event["worker_retired"].startswith("descriptors: 0 now refers to pipe:["), event
+
+
 NAMED_THREAD = """
 import ctypes, threading, time
 
