@@ -32,7 +32,8 @@ std::vector<int> numbered_entries(const char* path, bool descriptors) {
   return out;
 }
 
-// A thread's name as the kernel keeps it (at most 15 bytes), without the newline.
+// A thread's name as the kernel keeps it (at most 15 bytes), without the newline the kernel
+// adds, and with '?' for each byte that is not printable ASCII: the program chose it.
 std::string thread_name(int id) {
   std::string path = "/proc/self/task/" + std::to_string(id) + "/comm";
   std::array<char, 64> name{};
@@ -40,8 +41,10 @@ std::string thread_name(int id) {
   if (file == nullptr) return "?";
   std::size_t size = std::fread(name.data(), 1, name.size(), file);
   std::fclose(file);
+  if (size > 0 && name[size - 1] == '\n') --size;
   std::string out(name.data(), size);
-  while (!out.empty() && out.back() == '\n') out.pop_back();
+  for (char& c : out)
+    if (c < 0x20 || c > 0x7e) c = '?';
   return out;
 }
 

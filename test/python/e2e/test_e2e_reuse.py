@@ -157,6 +157,17 @@ def test_the_reason_names_a_thread_left_running(checked, log_dir):
     assert event["worker_retired"].endswith(" (new: kc-left-behind)"), event
 
 
+def test_a_thread_named_with_bytes_that_are_not_text_is_named_safely(checked, log_dir):
+    # The name is the program's: bytes that are not UTF-8, a newline, a quote.
+    source = NAMED_THREAD.replace('b"kc-left-behind"', 'b"kc\\xff\\xfe\\n\\"x"')
+    request_id = checked.execute(call(source, "change")).raise_for_error().request_id
+    assert marks(checked) == 0
+    events = [json.loads(line) for line in (log_dir / "events.jsonl").read_text().splitlines()]
+    [event] = [event for event in events if event["request_id"] == request_id]
+    assert event["worker_retired"].endswith(' (new: kc???"x)'), event
+    assert checked.get("/health").status_code == 200
+
+
 def test_without_the_check_a_changed_worker_is_reused(start_server):
     server = start_server("--num-workers", "1", "--programs-per-worker", "100", "--reuse-check", "none")
     assert "--reuse-check none" in server.stderr_text()
