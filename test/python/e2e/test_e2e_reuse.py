@@ -59,6 +59,13 @@ def checked(start_module_server, log_dir) -> Server:
     return start_module_server("--num-workers", "1", "--programs-per-worker", "100", "--log-dir", str(log_dir))
 
 
+def logged(log_dir: Path, request_id: str) -> dict:
+    """The event log's record of one request."""
+    events = [json.loads(line) for line in (log_dir / "events.jsonl").read_text().splitlines()]
+    [event] = [event for event in events if event["request_id"] == request_id]
+    return event
+
+
 def marks(server: Server, *uploads: bytes | np.ndarray) -> int:
     """The worker's mark before this program's (0: a fresh worker)."""
     program = Program()
@@ -94,8 +101,7 @@ def test_a_program_that_changes_the_worker_retires_it(checked, changed):
 
 def test_the_event_log_says_why_and_names_no_value_of_the_program(checked, log_dir):
     request_id = checked.execute(call(CHANGES["environment"], "change")).raise_for_error().request_id
-    events = [json.loads(line) for line in (log_dir / "events.jsonl").read_text().splitlines()]
-    [event] = [event for event in events if event["request_id"] == request_id]
+    event = logged(log_dir, request_id)
     assert event["worker_retired"] == "environment: KCORAL_TEST_LEFT set or changed"
     assert "secret value" not in (log_dir / "events.jsonl").read_text()
     assert "secret value" not in checked.get("/metrics").text
@@ -111,8 +117,7 @@ def test_a_module_renamed_in_sys_modules_retires_the_worker_and_is_named(checked
     marks(checked)
     request_id = checked.execute(call(RENAMED_MODULE, "change")).raise_for_error().request_id
     assert marks(checked) == 0
-    events = [json.loads(line) for line in (log_dir / "events.jsonl").read_text().splitlines()]
-    [event] = [event for event in events if event["request_id"] == request_id]
+    event = logged(log_dir, request_id)
     assert event["worker_retired"] == "imported modules: +kcoral_json", event
 
 
@@ -128,8 +133,7 @@ def test_a_descriptor_that_refers_to_another_file_retires_the_worker(checked, lo
     marks(checked)
     request_id = checked.execute(call(REPLACED_DESCRIPTOR, "change")).raise_for_error().request_id
     assert marks(checked) == 0
-    events = [json.loads(line) for line in (log_dir / "events.jsonl").read_text().splitlines()]
-    [event] = [event for event in events if event["request_id"] == request_id]
+    event = logged(log_dir, request_id)
     assert event["worker_retired"].startswith("descriptors: 0 now refers to pipe:["), event
 
 
@@ -151,8 +155,7 @@ def change():
 
 def test_the_reason_names_a_thread_left_running(checked, log_dir):
     request_id = checked.execute(call(NAMED_THREAD, "change")).raise_for_error().request_id
-    events = [json.loads(line) for line in (log_dir / "events.jsonl").read_text().splitlines()]
-    [event] = [event for event in events if event["request_id"] == request_id]
+    event = logged(log_dir, request_id)
     assert event["worker_retired"].startswith("threads: "), event
     assert event["worker_retired"].endswith(" (new: kc-left-behind)"), event
 
@@ -162,8 +165,7 @@ def test_a_thread_named_with_bytes_that_are_not_text_is_named_safely(checked, lo
     source = NAMED_THREAD.replace('b"kc-left-behind"', 'b"kc\\xff\\xfe\\n\\"x"')
     request_id = checked.execute(call(source, "change")).raise_for_error().request_id
     assert marks(checked) == 0
-    events = [json.loads(line) for line in (log_dir / "events.jsonl").read_text().splitlines()]
-    [event] = [event for event in events if event["request_id"] == request_id]
+    event = logged(log_dir, request_id)
     assert event["worker_retired"].endswith(' (new: kc???"x)'), event
     assert checked.get("/health").status_code == 200
 
