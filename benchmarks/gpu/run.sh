@@ -27,6 +27,8 @@
 #                                    (benchmarks/gpu/fresh_contexts.py)
 #   benchmarks/gpu/run.sh reuse      the same on GPU servers that reuse workers within a tenant,
 #                                    checked between programs (the default) and not
+#   benchmarks/gpu/run.sh windows    benchmark()'s call windows program after program, on reused,
+#                                    trusted and fresh workers (benchmarks/gpu/timing_windows.py)
 #   benchmarks/gpu/run.sh wheel      the installed distributions, as users get them: the client
 #                                    and the repaired server wheel for CPython 3.12
 #                                    (.gpu-carry/wheel312, from scripts/server-wheel.sh) in a
@@ -222,6 +224,23 @@ if [[ ${1:-} == real-jobs ]]; then
   kill -TERM "${ourpids[@]}" "$refpid" 2>/dev/null
   sleep 3
   tar -C /tmp -czf "$result/logs.tar.gz" kcoral-logs
+  exit 0
+fi
+if [[ ${1:-} == windows ]]; then
+  log "benchmark() call windows: ten programs in a row on reused, trusted and fresh workers"
+  for setting in "reused --programs-per-worker 100" "trusted --programs-per-worker 100 --reuse-check none" "fresh"; do
+    read -r name flags <<<"$setting"
+    # shellcheck disable=SC2086  # the flags are words
+    build/gpu/kcoral-server/kcoral-server --port 0 --python $python --work-root /tmp/kcoral-work-$name \
+      --program-env "PYTHONPATH=$PYTHONPATH" --device gpu --gpus 0 --workers-per-gpu 1 $flags \
+      >"$out/server-$name.log" 2>&1 &
+    pid=$!
+    for _ in $(seq 1 900); do grep -qE "listening on|did not start" "$out/server-$name.log" && break; sleep 0.1; done
+    url=$(grep -o "http://[0-9.]*:[0-9]*" "$out/server-$name.log" | head -n 1)
+    timeout 120 "$python" benchmarks/gpu/timing_windows.py "$url" "$name" 2>&1 | tee -a "$result/windows.md"
+    kill -TERM "$pid" 2>/dev/null
+    sleep 1
+  done
   exit 0
 fi
 if [[ ${1:-} == contexts || ${1:-} == reuse ]]; then
