@@ -93,6 +93,11 @@ std::set<int> current_threads() {
   return {ids.begin(), ids.end()};
 }
 
+std::set<int> without(std::set<int> threads, const std::vector<int>& left_out) {
+  for (int id : left_out) threads.erase(id);
+  return threads;
+}
+
 }  // namespace
 
 ReuseBaseline ReuseBaseline::capture(Executor& executor) { return capture(executor, {}, true); }
@@ -111,29 +116,25 @@ ReuseBaseline ReuseBaseline::capture(Executor& executor, const std::set<int>& an
 std::optional<std::string> ReuseBaseline::departure_now(Executor& executor, const std::set<int>& answer_descriptors,
                                                         std::chrono::milliseconds settle,
                                                         const std::vector<int>& tool_threads) const {
+  // The tool's threads are in neither count, whether they started before the baseline or after.
+  std::set<int> before = without(threads_, tool_threads);
   ReuseBaseline now = capture(executor, answer_descriptors, false);
-  now.threads_ = threads_now(tool_threads);
+  now.threads_ = without(current_threads(), tool_threads);
   auto deadline = std::chrono::steady_clock::now() + settle;
-  while (now.threads_.size() != threads_.size() && std::chrono::steady_clock::now() < deadline) {
+  while (now.threads_.size() != before.size() && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::microseconds(500));
-    now.threads_ = threads_now(tool_threads);
+    now.threads_ = without(current_threads(), tool_threads);
   }
   if (now.interpreter_.readable && !interpreter_.same_modules(now.interpreter_))
     now.interpreter_ = executor.interpreter_state(true);  // to say which
-  return departure(now);
+  return departure(now, before);
 }
 
-std::set<int> ReuseBaseline::threads_now(const std::vector<int>& tool_threads) {
-  std::set<int> threads = current_threads();
-  for (int id : tool_threads) threads.erase(id);
-  return threads;
-}
-
-std::optional<std::string> ReuseBaseline::departure(const ReuseBaseline& now) const {
+std::optional<std::string> ReuseBaseline::departure(const ReuseBaseline& now, const std::set<int>& threads_before) const {
   // Counted, not matched by id: a pool may replace a thread it retired with another.
-  if (now.threads_.size() != threads_.size())
-    return "threads: " + std::to_string(now.threads_.size()) + " after the program, " + std::to_string(threads_.size()) +
-           " before" + new_threads(threads_, now.threads_);
+  if (now.threads_.size() != threads_before.size())
+    return "threads: " + std::to_string(now.threads_.size()) + " after the program, " +
+           std::to_string(threads_before.size()) + " before" + new_threads(threads_before, now.threads_);
   if (now.descriptors_ != descriptors_) {
     for (const auto& [fd, file] : now.descriptors_) {
       auto was = descriptors_.find(fd);

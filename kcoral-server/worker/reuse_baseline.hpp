@@ -45,7 +45,7 @@ class ReuseBaseline {
   // for a moment while the kernel finishes its exit, and a thread of the program's that
   // ends within `settle` has left nothing running. `tool_threads`: threads, by id, that a
   // tool the program used started for good and are not the program's (CUPTI's, for
-  // benchmark()), left out.
+  // benchmark()), left out of the baseline's count and of the count now.
   [[nodiscard]] std::optional<std::string> departure_now(Executor& executor, const std::set<int>& answer_descriptors,
                                                          std::chrono::milliseconds settle,
                                                          const std::vector<int>& tool_threads = {}) const;
@@ -54,9 +54,8 @@ class ReuseBaseline {
   // `with_names`: the module names too (InterpreterState), which only a baseline and a
   // changed state need.
   static ReuseBaseline capture(Executor& executor, const std::set<int>& answer_descriptors, bool with_names);
-  std::optional<std::string> departure(const ReuseBaseline& now) const;
-  // This process's threads, less `tool_threads`.
-  static std::set<int> threads_now(const std::vector<int>& tool_threads);
+  // `threads_before`: the baseline's threads less the tool's.
+  std::optional<std::string> departure(const ReuseBaseline& now, const std::set<int>& threads_before) const;
 
   std::set<int> threads_;                   // by id; named (/proc/self/task/ID/comm) only in a reason
   std::map<int, std::pair<dev_t, ino_t>> descriptors_;  // number -> the file it refers to

@@ -81,7 +81,7 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
     }
   }
   std::free(buffer);
-  ++buffers_filled;
+  if (valid_bytes > 0) ++buffers_filled;  // a forced flush may hand back an empty one
   std::lock_guard lock(records_mutex);
   records.insert(records.end(), std::make_move_iterator(found.begin()), std::make_move_iterator(found.end()));
 }
