@@ -2,8 +2,9 @@
 // was, between programs, to take the next one (kcoral-server --reuse-check state).
 //
 // Captured once the worker is ready, before its first program: its threads, its open
-// descriptors (number, and the file each refers to), its environment (the C library's, which os.environ
-// mirrors), the interpreter's imported modules and the GPU memory torch has given out.
+// descriptors (number, and the file each refers to), its environment (the C library's,
+// which os.environ mirrors), the interpreter's imported modules and the GPU memory torch
+// has given out.
 // After each program the worker captures it again; any difference retires the worker
 // (the reason says which). Child processes are checked apart: none may outlive a program.
 //
@@ -57,9 +58,9 @@ class ReuseBaseline {
   // `threads_before`: the baseline's threads less the tool's.
   std::optional<std::string> departure(const ReuseBaseline& now, const std::set<int>& threads_before) const;
 
-  std::set<int> threads_;                   // by id; named (/proc/self/task/ID/comm) only in a reason
+  std::set<int> threads_;  // by id; named (/proc/self/task/ID/comm) only in a reason
   std::map<int, std::pair<dev_t, ino_t>> descriptors_;  // number -> the file it refers to
-  std::vector<std::string> environment_;    // NAME=value, sorted
+  std::vector<std::string> environment_;  // NAME=value, sorted
   InterpreterState interpreter_;
 };
 
