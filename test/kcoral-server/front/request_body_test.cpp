@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <boost/beast/http.hpp>
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <limits>
@@ -16,6 +17,39 @@
 #include "request_body.hpp"
 
 namespace http = boost::beast::http;
+
+namespace {
+
+// The /execute request that carries `encoded`, with its declared length.
+std::string execute_request(const kcoral::EncodedMultipart& encoded) {
+  return "POST /execute HTTP/1.1\r\nHost: x\r\nContent-Type: " + encoded.content_type +
+         "\r\nContent-Length: " + std::to_string(encoded.body.size()) + "\r\n\r\n" + encoded.body;
+}
+
+// An /execute request of a program part and one blob part of `blob` bytes.
+std::pair<std::string, std::string> upload_request(const std::string& blob) {
+  return {execute_request(kcoral::encode_multipart(
+              {{"program", "application/json", "{}"}, {"blob:x", "application/octet-stream", blob}})),
+          blob};
+}
+
+// Feeds `request` to `parser` as a session's reads bring it, `next_piece()` bytes at a
+// time (at most what is left), until the parser is done or fails; its error, if any.
+template <class NextPiece>
+boost::beast::error_code feed(http::request_parser<kcoral::RequestBody>& parser, const std::string& request,
+                              NextPiece next_piece) {
+  parser.body_limit(std::numeric_limits<std::uint64_t>::max());
+  boost::beast::error_code ec;
+  std::size_t used = 0;
+  while (!parser.is_done() && !ec) {
+    std::size_t piece = std::min<std::size_t>(next_piece(), request.size() - used);
+    used += parser.put(boost::asio::buffer(request.data() + used, piece), ec);
+    if (ec == http::error::need_more) ec = {};
+  }
+  return ec;
+}
+
+}  // namespace
 
 TEST_CASE("a parser fills the body from a declared length and from chunks alike") {
   for (std::string request :
@@ -52,20 +86,9 @@ TEST_CASE("a declared length is reserved whole before the body comes, and one no
 }
 
 TEST_CASE("a multipart body's parts are hashed as the parser is fed, read by read") {
-  kcoral::EncodedMultipart encoded = kcoral::encode_multipart(
-      {{"program", "application/json", "{}"}, {"blob:x", "application/octet-stream", std::string(300000, 'b')}});
-  std::string request = "POST /execute HTTP/1.1\r\nHost: x\r\nContent-Type: " + encoded.content_type +
-                        "\r\nContent-Length: " + std::to_string(encoded.body.size()) + "\r\n\r\n" + encoded.body;
+  auto [request, _] = upload_request(std::string(300000, 'b'));
   http::request_parser<kcoral::RequestBody> parser;
-  parser.body_limit(std::numeric_limits<std::uint64_t>::max());
-  boost::beast::error_code ec;
-  std::size_t used = 0;
-  while (!parser.is_done() && !ec) {  // 4 KiB at a time, as reads bring it
-    std::size_t piece = std::min<std::size_t>(4096, request.size() - used);
-    used += parser.put(boost::asio::buffer(request.data() + used, piece), ec);
-    if (ec == http::error::need_more) ec = {};
-  }
-  REQUIRE_FALSE(ec);
+  REQUIRE_FALSE(feed(parser, request, [] { return 4096; }));
   const kcoral::ReceivedBody& body = parser.get().body();
   std::size_t at = body.bytes.view().find(std::string(300000, 'b'));
   const std::string* digest = body.digests.digest_of(at, 300000);
@@ -73,33 +96,12 @@ TEST_CASE("a multipart body's parts are hashed as the parser is fed, read by rea
   CHECK(*digest == kcoral::sha256_hex(std::string(300000, 'b')));
 }
 
-namespace {
-
-// An /execute request of a program part and one blob part of `blob` bytes.
-std::pair<std::string, std::string> upload_request(const std::string& blob) {
-  kcoral::EncodedMultipart encoded = kcoral::encode_multipart(
-      {{"program", "application/json", "{}"}, {"blob:x", "application/octet-stream", blob}});
-  return {"POST /execute HTTP/1.1\r\nHost: x\r\nContent-Type: " + encoded.content_type +
-              "\r\nContent-Length: " + std::to_string(encoded.body.size()) + "\r\n\r\n" + encoded.body,
-          blob};
-}
-
-}  // namespace
-
 TEST_CASE("a large declared body is hashed on a thread beside the reads, and its blob kept at once") {
   std::string blob(3 * kcoral::PartHasher::kFromBytes + 12345, '\0');
   for (std::size_t i = 0; i < blob.size(); ++i) blob[i] = static_cast<char>((i * 7919) >> 3);
   auto [request, _] = upload_request(blob);
   http::request_parser<kcoral::RequestBody> parser;
-  parser.body_limit(std::numeric_limits<std::uint64_t>::max());
-  boost::beast::error_code ec;
-  std::size_t used = 0;
-  while (!parser.is_done() && !ec) {  // 64 KiB at a time
-    std::size_t piece = std::min<std::size_t>(65536, request.size() - used);
-    used += parser.put(boost::asio::buffer(request.data() + used, piece), ec);
-    if (ec == http::error::need_more) ec = {};
-  }
-  REQUIRE_FALSE(ec);
+  REQUIRE_FALSE(feed(parser, request, [] { return 65536; }));
   kcoral::ReceivedBody& body = parser.get().body();
   std::size_t at = body.bytes.view().find(blob);
   const std::string* digest = body.digests.digest_of(at, blob.size());
@@ -158,18 +160,9 @@ TEST_CASE("megabytes of parts with near-miss delimiters in them, fed in uneven p
   add_part("program", "application/json", "{}");
   for (std::size_t i = 0; i < blobs.size(); ++i) add_part("blob:" + std::to_string(i), "application/octet-stream", blobs[i]);
   encoded.body += "--" + boundary + "--\r\n";
-  std::string request = "POST /execute HTTP/1.1\r\nHost: x\r\nContent-Type: " + encoded.content_type +
-                        "\r\nContent-Length: " + std::to_string(encoded.body.size()) + "\r\n\r\n" + encoded.body;
+  std::string request = execute_request(encoded);
   http::request_parser<kcoral::RequestBody> parser;
-  parser.body_limit(std::numeric_limits<std::uint64_t>::max());
-  boost::beast::error_code ec;
-  std::size_t used = 0;
-  while (!parser.is_done() && !ec) {
-    std::size_t piece = std::min<std::size_t>(1 + random() % 300000, request.size() - used);
-    used += parser.put(boost::asio::buffer(request.data() + used, piece), ec);
-    if (ec == http::error::need_more) ec = {};
-  }
-  REQUIRE_FALSE(ec);
+  REQUIRE_FALSE(feed(parser, request, [&] { return 1 + random() % 300000; }));
   const kcoral::ReceivedBody& body = parser.get().body();
   auto parsed = kcoral::parse_multipart(encoded.content_type, body.bytes.view(), kcoral::MultipartLimits{});
   REQUIRE_MESSAGE(parsed.has_value(), parsed.error().message);
