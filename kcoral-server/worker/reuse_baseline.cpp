@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <thread>
+#include <utility>
 
 extern char** environ;
 
@@ -119,7 +120,7 @@ std::optional<std::string> ReuseBaseline::departure_now(Executor& executor, cons
   // The tool's threads are in neither count, whether they started before the baseline or after.
   std::set<int> before = without(threads_, tool_threads);
   ReuseBaseline now = capture(executor, answer_descriptors, false);
-  now.threads_ = without(current_threads(), tool_threads);
+  now.threads_ = without(std::move(now.threads_), tool_threads);
   auto deadline = std::chrono::steady_clock::now() + settle;
   while (now.threads_.size() != before.size() && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::microseconds(500));

@@ -252,17 +252,17 @@ Result<pid_t> Sandbox::fork() {
 void Sandbox::admit(pid_t child) {
   if (!config_.enabled) return;
   UniqueFd socket = std::move(admit_parent_);
-  auto deadline = std::chrono::steady_clock::now() + kAdmitTimeout;
   // Into its control group before it runs anything of a program's (it waits for its
-  // admission's answer first: continue_admission), while it sets up its mounts: moving a process between groups
-  // can wait on the kernel for milliseconds (cgroup v1), which the child's own setup
-  // then hides. Until then it runs the sandbox's code only, charged to the zygote.
+  // admission's answer first: continue_admission), while it sets up its mounts: moving a
+  // process between groups can wait on the kernel for milliseconds (cgroup v1), which the
+  // child's own setup then hides. Until then it runs the sandbox's code only, charged to
+  // the zygote.
   auto worker = workers_.find(child);
   if (worker != workers_.end() && worker->second.cgroup && !worker->second.cgroup->join(child)) {
     ::kill(child, SIGKILL);  // never runs outside its limits
     return;
   }
-  admitting_[child] = {std::move(socket), deadline};
+  admitting_[child] = {std::move(socket), std::chrono::steady_clock::now() + kAdmitTimeout};
 }
 
 std::vector<std::pair<int, pid_t>> Sandbox::admissions() const {
