@@ -69,3 +69,34 @@ def test_import_and_building_load_no_torch_builtins_or_native_module():
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_the_http_stack_and_package_metadata_load_only_when_named():
+    # A server's workers import kcoral for its builtins; each module they hold makes every
+    # fresh worker dearer to fork and to tear down. The client, RemoteFunction and
+    # __version__ still come on first use.
+    code = (
+        "import sys, kcoral, kcoral.builtins\n"
+        "late = ('httpx', 'httpcore', 'h11', 'ssl', 'importlib.metadata', 'kcoral._client')\n"
+        "print([m for m in late if m in sys.modules])\n"
+        "assert kcoral.Client.__module__ == 'kcoral._client'\n"
+        "assert kcoral.RemoteFunction.__module__ == 'kcoral._remote'\n"
+        "assert kcoral.__version__ and 'Client' in dir(kcoral)\n"
+        "print('httpx' in sys.modules)\n"
+    )
+    package_root = str(pathlib.Path(kcoral.__file__).parent.parent)
+    env = {**os.environ, "PYTHONPATH": package_root}
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["[]", "True"]
+
+
+def test_an_unknown_attribute_is_an_attribute_error():
+    try:
+        kcoral.NoSuchThing  # noqa: B018
+    except AttributeError as error:
+        assert "NoSuchThing" in str(error)
+    else:
+        raise AssertionError("kcoral.NoSuchThing resolved")
