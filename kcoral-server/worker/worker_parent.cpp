@@ -3,21 +3,27 @@
 // module's worker_main calls under the Python the front started.
 #include "worker_parent.hpp"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
+#include <string>
 
 #include "channel.hpp"
+#include "fork_scope.hpp"
 #include "huge_pages.hpp"
 #include "interpreter.hpp"
 #include "kcoral/executor.hpp"
+#include "kcoral/unique_fd.hpp"
 #include "messages.hpp"
 #include "process_tree.hpp"
 #include "program_environment.hpp"
@@ -34,6 +40,49 @@ void raise_descriptor_limit() {
     limit.rlim_cur = limit.rlim_max;
     ::setrlimit(RLIMIT_NOFILE, &limit);
   }
+}
+
+// Executor::versions(), asked in a child of this process: reading them imports
+// importlib.metadata (with zipfile, email and threading), which this process, the one every
+// worker is forked from, would otherwise hold; each fork, start and exit of a worker costs
+// more for every module it holds (threading's after-fork work alone is 0.3 ms a worker).
+// No versions if the child fails.
+std::map<std::string, std::string> versions_in_child(kcoral::Executor& executor) {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) return {};
+  kcoral::UniqueFd read_end(fds[0]), write_end(fds[1]);
+  pid_t pid;
+  {
+    kcoral::cpython::ForkScope fork;
+    pid = ::fork();
+    if (pid == 0) {
+      fork.in_child();
+      std::string text;  // name, version, name, version..., each ended by a NUL
+      for (const auto& [name, version] : executor.versions()) text.append(name).append(1, '\0').append(version).append(1, '\0');
+      for (std::size_t done = 0; done < text.size();) {
+        ssize_t n = ::write(write_end.get(), text.data() + done, text.size() - done);
+        if (n <= 0) ::_exit(1);
+        done += static_cast<std::size_t>(n);
+      }
+      ::_exit(0);
+    }
+  }
+  write_end.reset();
+  if (pid < 0) return {};
+  std::string text;
+  char buffer[4096];
+  for (ssize_t n; (n = ::read(read_end.get(), buffer, sizeof buffer)) > 0;) text.append(buffer, static_cast<std::size_t>(n));
+  int status = 0;
+  if (::waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0) return {};
+  std::map<std::string, std::string> versions;
+  for (std::size_t at = 0; at < text.size();) {
+    std::size_t name_end = text.find('\0', at);
+    std::size_t version_end = name_end == std::string::npos ? name_end : text.find('\0', name_end + 1);
+    if (version_end == std::string::npos) break;
+    versions[text.substr(at, name_end - at)] = text.substr(name_end + 1, version_end - name_end - 1);
+    at = version_end + 1;
+  }
+  return versions;
 }
 
 // The start line's account of the preload: "numpy 0.21 s, torch 3.90 s; not installed:
@@ -119,7 +168,7 @@ int run_worker_parent(const std::vector<std::string>& arguments) {
   auto preloaded = (*executor)->preload(flags.preload);
   if (!preloaded) return failed(preloaded.error().message);
   std::fprintf(stderr, "kcoral-server: preloaded: %s\n", describe_preload(*preloaded).c_str());
-  auto versions = (*executor)->versions();
+  auto versions = versions_in_child(**executor);
   (*executor)->freeze_objects();
   // After the collection and freeze, which leave the heap as the workers will find it.
   std::fprintf(stderr, "kcoral-server: huge pages: %s\n", kcoral::collapse_anonymous_memory().describe().c_str());

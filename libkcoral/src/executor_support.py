@@ -11,7 +11,7 @@ from __future__ import annotations
 import __future__
 import contextlib
 import gc
-import importlib.metadata
+import importlib
 import platform
 import sys
 import types
@@ -412,7 +412,11 @@ def _torch_gpu_bytes() -> int:
 
 def versions() -> dict[str, str]:
     """What is installed in this environment, read without importing any of it (the CUDA
-    version comes from torch, when the worker has imported it)."""
+    version comes from torch, when the worker has imported it). Reading it imports
+    importlib.metadata (with zipfile, email and threading): a worker parent asks in a child
+    of its own, so as not to hold them."""
+    import importlib.metadata
+
     found = {"python": platform.python_version()}
     for name, distribution in _DISTRIBUTIONS.items():
         try:

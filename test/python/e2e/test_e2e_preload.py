@@ -7,8 +7,10 @@ import is left out the same way: test/python/gpu.)
 
 from __future__ import annotations
 
+import platform
 from pathlib import Path
 
+import numpy
 import pytest
 
 from e2e.programs import call
@@ -64,3 +66,23 @@ def test_default_preloads_numpy_and_none_preloads_nothing(start_server, modules)
     nothing = start(start_server, modules, "none")
     assert nothing.execute(call(WHAT_IS_IMPORTED, "imported")).raise_for_error()["out"]["good"] is False
     assert "preloaded: nothing" in nothing.stderr_text()
+
+
+WHAT_THE_PARENT_HOLDS = """
+import sys
+
+def held():
+    return sorted(name for name in ("threading", "importlib.metadata", "zipfile", "httpx",
+                                    "kcoral._client", "kcoral._result") if name in sys.modules)
+"""
+
+
+def test_the_worker_parent_holds_nothing_of_the_client_or_of_reading_versions(start_server):
+    # Every module the parent holds makes each fresh worker dearer to fork, to start
+    # (threading's after-fork work) and to tear down. kcoral.builtins brings none of the
+    # client; the versions /health reports are read in a child of the parent.
+    server = start_server("--num-workers", "1", "--preload", "kcoral.builtins,kcoral._native")
+    assert server.execute(call(WHAT_THE_PARENT_HOLDS, "held")).raise_for_error()["out"] == []
+    versions = server.get("/health").json()["versions"]
+    assert versions["python"] == platform.python_version()
+    assert versions["numpy"] == numpy.__version__  # read by importlib.metadata, in that child

@@ -71,16 +71,18 @@ def test_import_and_building_load_no_torch_builtins_or_native_module():
     assert out.stdout.strip() == "[]"
 
 
-def test_the_http_stack_and_package_metadata_load_only_when_named():
-    # A server's workers import kcoral for its builtins; each module they hold makes every
-    # fresh worker dearer to fork and to tear down. The client, RemoteFunction and
-    # __version__ still come on first use.
+def test_the_server_side_loads_none_of_the_client():
+    # A server's workers import kcoral.builtins; each module their parent holds makes every
+    # fresh worker dearer to fork, to start and to tear down. The client's names still come
+    # on first use, by attribute or by from-import.
     code = (
         "import sys, kcoral, kcoral.builtins\n"
-        "late = ('httpx', 'httpcore', 'h11', 'ssl', 'importlib.metadata', 'kcoral._client')\n"
+        "late = ('numpy', 'threading', 'dataclasses', 'httpx', 'ssl', 'importlib.metadata',\n"
+        "        'kcoral._client', 'kcoral._program', 'kcoral._result', 'kcoral._errors')\n"
         "print([m for m in late if m in sys.modules])\n"
+        "from kcoral import Program, KCoralError\n"
         "assert kcoral.Client.__module__ == 'kcoral._client'\n"
-        "assert kcoral.RemoteFunction.__module__ == 'kcoral._remote'\n"
+        "assert Program.__module__ == 'kcoral._program' and issubclass(KCoralError, Exception)\n"
         "assert kcoral.__version__ and 'Client' in dir(kcoral)\n"
         "print('httpx' in sys.modules)\n"
     )
