@@ -50,6 +50,17 @@ def test_version_is_a_string():
     assert isinstance(kcoral.__version__, str) and kcoral.__version__
 
 
+def in_a_fresh_interpreter(code: str) -> str:
+    """What `code` prints, run by a new interpreter importing this kcoral."""
+    package_root = str(pathlib.Path(kcoral.__file__).parent.parent)
+    env = {**os.environ, "PYTHONPATH": package_root}
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
 def test_package_is_typed():
     assert (pathlib.Path(kcoral.__file__).parent / "py.typed").is_file()
 
@@ -62,13 +73,7 @@ def test_import_and_building_load_no_torch_builtins_or_native_module():
         "         or m in ('kcoral.builtins', 'kcoral._native')]\n"
         "print(heavy)\n"
     )
-    package_root = str(pathlib.Path(kcoral.__file__).parent.parent)
-    env = {**os.environ, "PYTHONPATH": package_root}
-    out = subprocess.run(
-        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
-    )
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "[]"
+    assert in_a_fresh_interpreter(code).strip() == "[]"
 
 
 def test_the_server_side_loads_none_of_the_client():
@@ -86,13 +91,7 @@ def test_the_server_side_loads_none_of_the_client():
         "assert kcoral.__version__ and 'Client' in dir(kcoral)\n"
         "print('httpx' in sys.modules)\n"
     )
-    package_root = str(pathlib.Path(kcoral.__file__).parent.parent)
-    env = {**os.environ, "PYTHONPATH": package_root}
-    out = subprocess.run(
-        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
-    )
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["[]", "True"]
+    assert in_a_fresh_interpreter(code).split() == ["[]", "True"]
 
 
 def test_an_unknown_attribute_is_an_attribute_error():
