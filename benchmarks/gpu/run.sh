@@ -29,6 +29,9 @@
 #                                    checked between programs (the default) and not
 #   benchmarks/gpu/run.sh windows    benchmark()'s call windows program after program, on reused,
 #                                    trusted and fresh workers (benchmarks/gpu/timing_windows.py)
+#   benchmarks/gpu/run.sh fidelity   what a change to benchmark() must pass, in one call: windows,
+#                                    the C++ units, the GPU tests and the measurements (against
+#                                    raw CUPTI), not the examples
 #   benchmarks/gpu/run.sh wheel      the installed distributions, as users get them: the client
 #                                    and the repaired server wheel for CPython 3.12
 #                                    (.gpu-carry/wheel312, from scripts/server-wheel.sh) in a
@@ -226,7 +229,7 @@ if [[ ${1:-} == real-jobs ]]; then
   tar -C /tmp -czf "$result/logs.tar.gz" kcoral-logs
   exit 0
 fi
-if [[ ${1:-} == windows ]]; then
+if [[ ${1:-} == windows || ${1:-} == fidelity ]]; then
   log "benchmark() call windows: ten programs in a row on reused, trusted and fresh workers"
   for setting in "reused --programs-per-worker 100" "trusted --programs-per-worker 100 --reuse-check none" "fresh"; do
     read -r name flags <<<"$setting"
@@ -241,7 +244,7 @@ if [[ ${1:-} == windows ]]; then
     kill -TERM "$pid" 2>/dev/null
     sleep 1
   done
-  exit 0
+  [[ ${1} == windows ]] && exit 0
 fi
 if [[ ${1:-} == contexts || ${1:-} == reuse ]]; then
   # contexts: fresh workers with CUDA's defaults and with cheaper fresh contexts; reuse:
@@ -350,7 +353,7 @@ example() {  # name, script, env...
   log "example $name: $status"
   [[ $status == passed ]] || tail -15 "$out/example-$name.log"
 }
-if [[ ${1:-} != measure && ${1:-} != small-kernel && ${1:-} != tests && ${1:-} != limits ]]; then
+if [[ ${1:-} != measure && ${1:-} != small-kernel && ${1:-} != tests && ${1:-} != limits && ${1:-} != fidelity ]]; then
 example benchmark_kernel examples/benchmark_kernel.py KCORAL_URL=$gpu
 example remote_compile_client examples/remote_compile_client.py KCORAL_URL=$gpu
 example library_upload_client examples/library_upload_client.py KCORAL_URL=$gpu
