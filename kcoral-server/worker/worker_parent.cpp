@@ -58,7 +58,8 @@ std::map<std::string, std::string> versions_in_child(kcoral::Executor& executor)
     if (pid == 0) {
       fork.in_child();
       std::string text;  // name, version, name, version..., each ended by a NUL
-      for (const auto& [name, version] : executor.versions()) text.append(name).append(1, '\0').append(version).append(1, '\0');
+      for (const auto& [name, version] : executor.versions())
+        text.append(name).append(1, '\0').append(version).append(1, '\0');
       for (std::size_t done = 0; done < text.size();) {
         ssize_t n = ::write(write_end.get(), text.data() + done, text.size() - done);
         if (n <= 0) ::_exit(1);
@@ -71,7 +72,8 @@ std::map<std::string, std::string> versions_in_child(kcoral::Executor& executor)
   if (pid < 0) return {};
   std::string text;
   char buffer[4096];
-  for (ssize_t n; (n = ::read(read_end.get(), buffer, sizeof buffer)) > 0;) text.append(buffer, static_cast<std::size_t>(n));
+  for (ssize_t n; (n = ::read(read_end.get(), buffer, sizeof buffer)) > 0;)
+    text.append(buffer, static_cast<std::size_t>(n));
   int status = 0;
   if (::waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0) return {};
   std::map<std::string, std::string> versions;
