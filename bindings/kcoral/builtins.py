@@ -40,6 +40,11 @@ def benchmark(fn: Any, *args: Any) -> dict[str, Any]:
     spent. Before them ``fn`` runs once, untimed, for what a first call compiles or loads.
     The report's ``warmup`` and ``repeat`` are the counts made.
 
+    Each call's activity is told apart on the GPU's own timeline: before each call every
+    device it uses is flushed (when flushing) and marked with a 4-byte memset, and a
+    call's activities on a device are those between its mark and the next. The flushes
+    and marks are in no call's time or activities.
+
     ``activities`` names what the timed calls launched, in start order (kernels by their
     demangled names, copies ``"memcpy"``, memsets ``"memset"``): the list most of them
     launched. ``calls_with_other_activities`` counts the calls that launched something

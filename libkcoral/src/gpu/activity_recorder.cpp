@@ -63,17 +63,20 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
       }
       case CUPTI_ACTIVITY_KIND_MEMCPY: {
         auto* copy = reinterpret_cast<CUpti_ActivityMemcpy6*>(record);
-        found.push_back({GpuActivity::Kind::memcpy, copy->start, copy->end, "memcpy", copy->deviceId, copy->streamId});
+        found.push_back(
+            {GpuActivity::Kind::memcpy, copy->start, copy->end, "memcpy", copy->deviceId, copy->streamId, copy->bytes});
         break;
       }
       case CUPTI_ACTIVITY_KIND_MEMCPY2: {
         auto* copy = reinterpret_cast<CUpti_ActivityMemcpyPtoP4*>(record);
-        found.push_back({GpuActivity::Kind::memcpy, copy->start, copy->end, "memcpy", copy->deviceId, copy->streamId});
+        found.push_back(
+            {GpuActivity::Kind::memcpy, copy->start, copy->end, "memcpy", copy->deviceId, copy->streamId, copy->bytes});
         break;
       }
       case CUPTI_ACTIVITY_KIND_MEMSET: {
         auto* set = reinterpret_cast<CUpti_ActivityMemset4*>(record);
-        found.push_back({GpuActivity::Kind::memset, set->start, set->end, "memset", set->deviceId, set->streamId});
+        found.push_back({GpuActivity::Kind::memset, set->start, set->end, "memset", set->deviceId, set->streamId,
+                         set->bytes, set->value});
         break;
       }
       default:

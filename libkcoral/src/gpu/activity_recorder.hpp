@@ -24,6 +24,8 @@ struct GpuActivity {
   std::string name;  // kernel name; "memcpy"/"memset" otherwise
   std::uint32_t device = 0;  // the CUDA device (ordinal) it ran on
   std::uint32_t stream = 0;  // CUPTI's id of the stream it ran on (unique within its context)
+  std::uint64_t bytes = 0;   // copies and memsets: how many
+  std::uint32_t value = 0;   // memsets: the value written
 };
 
 class ActivityRecorder {

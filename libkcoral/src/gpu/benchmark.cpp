@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "activity_recorder.hpp"
+#include "call_traces.hpp"
 #include "cuda_api.hpp"
 #include "kcoral/gpu_inventory.hpp"
 
@@ -28,40 +29,50 @@ constexpr std::int64_t kMaxCalls = 100000;
 std::atomic<bool> refuse_multi_stream{false};
 std::atomic<bool> multi_stream_refused{false};
 
-// The buffer zeroed before each call so that no call finds the previous one's data in L2.
-class L2Flusher {
+// A device buffer the fence writes before each call: `bytes` of kFlushByte (the L2 flush:
+// twice the L2, so that no call finds the previous one's data there) or one 4-byte mark
+// (call_traces.hpp).
+class FenceBuffer {
  public:
-  static Result<L2Flusher> make(const DriverApi& cuda) {
+  static Result<FenceBuffer> make(const DriverApi& cuda, std::size_t bytes) {
+    FenceBuffer buffer(cuda, bytes);
+    KCORAL_CU_TRY(cuda.cuMemAlloc(&buffer.pointer_, bytes));
+    return buffer;
+  }
+  // The L2 flush's size on the current context's device.
+  static Result<std::size_t> flush_bytes(const DriverApi& cuda) {
     CUdevice device;
     KCORAL_CU_TRY(cuda.cuCtxGetDevice(&device));
     int l2_bytes = 0;
     KCORAL_CU_TRY(cuda.cuDeviceGetAttribute(&l2_bytes, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, device));
-    L2Flusher flusher(cuda, 2 * static_cast<std::size_t>(l2_bytes));
-    KCORAL_CU_TRY(cuda.cuMemAlloc(&flusher.buffer_, flusher.bytes_));
-    return flusher;
+    return 2 * static_cast<std::size_t>(l2_bytes);
   }
-  L2Flusher(L2Flusher&& other) noexcept
-      : cuda_(other.cuda_), bytes_(other.bytes_), buffer_(std::exchange(other.buffer_, 0)) {}
-  L2Flusher(const L2Flusher&) = delete;
-  ~L2Flusher() {
-    if (buffer_ != 0) (void)cuda_.cuMemFree(buffer_);
+  FenceBuffer(FenceBuffer&& other) noexcept
+      : cuda_(other.cuda_), bytes_(other.bytes_), pointer_(std::exchange(other.pointer_, 0)) {}
+  FenceBuffer(const FenceBuffer&) = delete;
+  ~FenceBuffer() {
+    if (pointer_ != 0) (void)cuda_.cuMemFree(pointer_);
   }
   Status flush() const {
-    KCORAL_CU_TRY(cuda_.cuMemsetD8Async(buffer_, 0, bytes_, nullptr));
+    KCORAL_CU_TRY(cuda_.cuMemsetD8Async(pointer_, kFlushByte, bytes_, nullptr));
+    return {};
+  }
+  Status mark(std::size_t call) const {
+    KCORAL_CU_TRY(cuda_.cuMemsetD32Async(pointer_, mark_value(call), 1, nullptr));
     return {};
   }
 
  private:
-  L2Flusher(const DriverApi& cuda, std::size_t bytes) : cuda_(cuda), bytes_(bytes) {}
+  FenceBuffer(const DriverApi& cuda, std::size_t bytes) : cuda_(cuda), bytes_(bytes) {}
   const DriverApi& cuda_;
   std::size_t bytes_;
-  CUdeviceptr buffer_ = 0;
+  CUdeviceptr pointer_ = 0;
 };
 
 // The devices a measured function uses: the current context's, and every other visible
 // device whose primary context is active once the function's first call has run (none,
-// unless it drives several GPUs), each with its L2 flusher when flushing. A fence flushes
-// each and drains each; with one device that is the current context's flush and drain.
+// unless it drives several GPUs), each with its mark and, when flushing, its L2 flush. A
+// fence flushes and marks each, then drains each.
 class Devices {
  public:
   static Result<Devices> find(const DriverApi& cuda, bool flush_l2) {
@@ -81,17 +92,18 @@ class Devices {
       if (device == home_device || active == 0) continue;
       auto context = PrimaryContext::retain(cuda, ordinal);
       if (!context) return std::unexpected(context.error());
-      devices.others_.push_back({std::move(*context), std::nullopt});
+      devices.others_.push_back({std::move(*context), static_cast<std::uint32_t>(ordinal), std::nullopt, std::nullopt});
     }
-    if (flush_l2) KCORAL_TRY(devices.make_flushers());
+    KCORAL_TRY(devices.make_buffers(static_cast<std::uint32_t>(home_device), flush_l2));
     return devices;
   }
 
-  // Flushes every L2 (when flushing), then drains every device.
-  Status fence() const {
-    if (home_flusher_) KCORAL_TRY(home_flusher_->flush());
+  // Flushes every L2 (when flushing) and marks every device for call `call`, then drains
+  // every device.
+  Status fence(std::size_t call) const {
+    KCORAL_TRY(fence_one(home_flusher_, *home_mark_, call));
     for (const Other& other : others_)
-      if (other.flusher) KCORAL_TRY(in(other.context.get(), [&] { return other.flusher->flush(); }));
+      KCORAL_TRY(in(other.context.get(), [&] { return fence_one(other.flusher, *other.mark, call); }));
     return drain();
   }
 
@@ -105,25 +117,43 @@ class Devices {
     return {};
   }
 
+  // Per device (CUDA ordinal, as CUPTI names it), the size of its L2 flush; empty when not
+  // flushing.
+  const std::map<std::uint32_t, std::uint64_t>& flush_bytes() const { return flush_bytes_; }
+
  private:
   struct Other {
     PrimaryContext context;
-    std::optional<L2Flusher> flusher;
+    std::uint32_t ordinal;
+    std::optional<FenceBuffer> flusher;
+    std::optional<FenceBuffer> mark;
   };
   Devices(const DriverApi& cuda, CUcontext home) : cuda_(cuda), home_(home) {}
 
-  Status make_flushers() {
-    auto home = L2Flusher::make(cuda_);
-    if (!home) return std::unexpected(home.error());
-    home_flusher_.emplace(std::move(*home));
+  Status make_buffers(std::uint32_t home_ordinal, bool flush_l2) {
+    auto make = [&](std::optional<FenceBuffer>& flusher, std::optional<FenceBuffer>& mark,
+                    std::uint32_t ordinal) -> Status {
+      auto word = FenceBuffer::make(cuda_, 4);
+      if (!word) return std::unexpected(word.error());
+      mark.emplace(std::move(*word));
+      if (!flush_l2) return {};
+      auto bytes = FenceBuffer::flush_bytes(cuda_);
+      if (!bytes) return std::unexpected(bytes.error());
+      auto made = FenceBuffer::make(cuda_, *bytes);
+      if (!made) return std::unexpected(made.error());
+      flusher.emplace(std::move(*made));
+      flush_bytes_[ordinal] = *bytes;
+      return {};
+    };
+    KCORAL_TRY(make(home_flusher_, home_mark_, home_ordinal));
     for (Other& other : others_)
-      KCORAL_TRY(in(other.context.get(), [&]() -> Status {
-        auto made = L2Flusher::make(cuda_);
-        if (!made) return std::unexpected(made.error());
-        other.flusher.emplace(std::move(*made));
-        return {};
-      }));
-    return fence();  // the first touch of each buffer
+      KCORAL_TRY(in(other.context.get(), [&] { return make(other.flusher, other.mark, other.ordinal); }));
+    return fence(0);  // the first touch of each buffer
+  }
+
+  static Status fence_one(const std::optional<FenceBuffer>& flusher, const FenceBuffer& mark, std::size_t call) {
+    if (flusher) KCORAL_TRY(flusher->flush());
+    return mark.mark(call);
   }
 
   // `step` with `context` current, the function's own context current again after it.
@@ -137,15 +167,10 @@ class Devices {
 
   const DriverApi& cuda_;
   CUcontext home_;
-  std::optional<L2Flusher> home_flusher_;
+  std::optional<FenceBuffer> home_flusher_;
+  std::optional<FenceBuffer> home_mark_;
   std::vector<Other> others_;
-};
-
-struct CallTrace {
-  double span_ms = 0;
-  std::vector<std::string> activities;  // kinds and names, in start order
-  std::map<std::uint32_t, double> device_span_ms;  // each device's first activity to its last
-  std::size_t most_streams = 0;  // on any one device
+  std::map<std::uint32_t, std::uint64_t> flush_bytes_;
 };
 
 double percentile(std::vector<double> sorted, double fraction) {
@@ -197,7 +222,8 @@ Result<BenchmarkReport> run_benchmark(const BenchmarkCall& call, const Benchmark
   KCORAL_CU_TRY(cuda->cuCtxSynchronize());
   auto devices = Devices::find(*cuda, config.flush_l2);
   if (!devices) return std::unexpected(devices.error());
-  auto fence = [&] { return devices->fence(); };
+  // Warm-up and estimate: their marks are not recorded, so every fence marks as call 0.
+  auto fence = [&] { return devices->fence(0); };
 
   // One iteration as the timed loop runs it: flush, call, drain. The budgets bound the
   // iterations' wall time, flushes and drains included, not the calls' alone: for a
@@ -245,11 +271,10 @@ Result<BenchmarkReport> run_benchmark(const BenchmarkCall& call, const Benchmark
   if (!recording) return std::unexpected(recording.error());
   std::string uuid = current_device_uuid(*cuda);
   std::vector<unsigned> clocks;
-  std::vector<CallTrace> traces;
-  traces.reserve(static_cast<std::size_t>(report.repeat));
-  // Each call is fenced (device drained, flush done) and its window on CUPTI's clock noted;
-  // the records are read once, after the loop: flushing CUPTI's buffers between calls
-  // makes the next launches slower and would stretch the span of multi-kernel calls.
+  // Each call is fenced (flushed, marked and drained: call_traces.hpp) and its window on
+  // CUPTI's clock noted, for when a mark goes missing; the records are read once, after
+  // the loop: flushing CUPTI's buffers between calls makes the next launches slower and
+  // would stretch the span of multi-kernel calls.
   Status loop = {};
   std::vector<std::pair<std::uint64_t, std::uint64_t>> windows;
   windows.reserve(static_cast<std::size_t>(report.repeat));
@@ -260,7 +285,7 @@ Result<BenchmarkReport> run_benchmark(const BenchmarkCall& call, const Benchmark
       report.repeat = i;
       break;
     }
-    if (loop = fence(); !loop) break;
+    if (loop = devices->fence(static_cast<std::size_t>(i)); !loop) break;
     std::uint64_t called_at = (*recorder)->now_ns();
     if (loop = call(); !loop) break;
     if (loop = devices->drain(); !loop) break;
@@ -269,30 +294,8 @@ Result<BenchmarkReport> run_benchmark(const BenchmarkCall& call, const Benchmark
       if (auto mhz = sm_clock_mhz(uuid)) clocks.push_back(*mhz);
   }
   std::vector<GpuActivity> activities = (*recorder)->collect();
-  std::sort(activities.begin(), activities.end(),
-            [](const GpuActivity& a, const GpuActivity& b) { return a.start_ns < b.start_ns; });
-  auto next = activities.begin();
-  for (const auto& [from, to] : windows) {
-    while (next != activities.end() && next->start_ns < from) ++next;  // flushes, strays
-    CallTrace trace;
-    std::map<std::uint32_t, std::pair<std::uint64_t, std::uint64_t>> device_window;  // first start, last end
-    std::map<std::uint32_t, std::set<std::uint32_t>> device_streams;
-    for (; next != activities.end() && next->start_ns <= to; ++next) {
-      auto [window, first_here] = device_window.try_emplace(next->device, next->start_ns, next->end_ns);
-      if (!first_here) window->second.second = std::max(window->second.second, next->end_ns);
-      trace.activities.push_back(next->name);
-      device_streams[next->device].insert(next->stream);
-    }
-    for (const auto& [device, streams] : device_streams) trace.most_streams = std::max(trace.most_streams, streams.size());
-    std::uint64_t first = UINT64_MAX, last = 0;
-    for (const auto& [device, window] : device_window) {
-      trace.device_span_ms[device] = static_cast<double>(window.second - window.first) / 1e6;
-      first = std::min(first, window.first);
-      last = std::max(last, window.second);
-    }
-    if (!trace.activities.empty()) trace.span_ms = static_cast<double>(last - first) / 1e6;
-    traces.push_back(std::move(trace));
-  }
+  auto marked = traces_by_mark(activities, windows.size(), devices->flush_bytes());
+  std::vector<CallTrace> traces = marked ? std::move(*marked) : traces_by_window(std::move(activities), windows);
   if (!loop) return std::unexpected(loop.error());
   if (refuse_multi_stream.load()) {
     std::size_t most = 0;

@@ -47,6 +47,7 @@ std::string load_driver(DriverApi& api) {
   KCORAL_LOAD(api, handle, cuMemAlloc);
   KCORAL_LOAD(api, handle, cuMemFree);
   KCORAL_LOAD(api, handle, cuMemsetD8Async);
+  KCORAL_LOAD(api, handle, cuMemsetD32Async);
   KCORAL_LOAD(api, handle, cuMemcpyHtoD);
   KCORAL_LOAD(api, handle, cuGetErrorName);
   KCORAL_LOAD(api, handle, cuGetErrorString);

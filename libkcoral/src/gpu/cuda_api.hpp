@@ -34,6 +34,7 @@ struct DriverApi {
   decltype(&::cuMemAlloc) cuMemAlloc;
   decltype(&::cuMemFree) cuMemFree;
   decltype(&::cuMemsetD8Async) cuMemsetD8Async;
+  decltype(&::cuMemsetD32Async) cuMemsetD32Async;
   decltype(&::cuMemcpyHtoD) cuMemcpyHtoD;
   decltype(&::cuGetErrorName) cuGetErrorName;
   decltype(&::cuGetErrorString) cuGetErrorString;
