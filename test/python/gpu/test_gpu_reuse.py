@@ -70,3 +70,24 @@ def test_programs_that_time_kernels_share_their_worker(server):
         seen.append(out[0])
     assert retired(server) == before, (retired(server), server.stderr_text()[-3000:])
     assert seen == list(range(first, first + 6)), seen  # one worker took them all
+
+
+SHORT = """
+import torch
+from kcoral.builtins import benchmark
+
+
+def short():
+    report = benchmark(lambda: torch.cuda._sleep(20_000), {"warmup": 2, "repeat": 10})
+    return [report["activities_per_call"], report["calls_with_other_activities"], report["latency_ms_median"]]
+"""
+
+
+@pytest.mark.timeout(300)
+def test_a_10_us_kernel_is_timed_alone_in_every_call_program_after_program(server):
+    # Calls are told apart by the fences' marks on the GPU's timeline: neither the L2 flush
+    # before a call nor the loss of its kernel, whatever the offset between CUPTI's records
+    # and its clock in this worker (benchmarks/gpu/results/2026-12-05-h100-timing-windows.md).
+    for _ in range(6):
+        out = server.execute(call(SHORT, "short"), read_timeout_s=120).raise_for_error()["out"]
+        assert out[:2] == [1, 0] and out[2] < 0.02, out
