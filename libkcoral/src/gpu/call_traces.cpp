@@ -12,6 +12,13 @@ namespace {
 // unless it also comes where the fence's next mark belongs.
 constexpr std::uint32_t kMarkBase = 0x4B430000u;
 
+// CUPTI's record of a cuMemsetD8 holds the byte it wrote, which some versions may give
+// repeated across the word: either is the flush's.
+bool is_flush(const GpuActivity& activity, std::uint64_t flush_bytes) {
+  return activity.kind == GpuActivity::Kind::memset && activity.bytes == flush_bytes &&
+         (activity.value == kFlushByte || activity.value == 0x01010101u * kFlushByte);
+}
+
 bool is_mark(const GpuActivity& activity) {
   return activity.kind == GpuActivity::Kind::memset && activity.bytes == 4 && (activity.value & 0xFFFF0000u) == kMarkBase;
 }
@@ -50,9 +57,7 @@ std::optional<std::vector<CallTrace>> traces_by_mark(std::vector<GpuActivity> ac
   std::map<std::uint32_t, std::size_t> mark_like;
   for (const GpuActivity& activity : activities) {
     auto flush = flush_bytes.find(activity.device);
-    bool flushing = flush != flush_bytes.end() && activity.kind == GpuActivity::Kind::memset &&
-                    activity.bytes == flush->second && activity.value == kFlushByte;
-    if (flushing) continue;
+    if (flush != flush_bytes.end() && is_flush(activity, flush->second)) continue;
     std::vector<const GpuActivity*>& device_marks = marks[activity.device];
     if (is_mark(activity) && (calls > 0xFFFFu || (activity.value & 0xFFFFu) < calls)) ++mark_like[activity.device];
     if (is_mark(activity) && activity.value == mark_value(device_marks.size()) && device_marks.size() < calls)

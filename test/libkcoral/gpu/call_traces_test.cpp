@@ -2,9 +2,11 @@
 // made up here as CUPTI would record them: each call fenced by an L2 flush and a 4-byte
 // mark. Checked: every call gets its own kernels, and neither the flush nor the mark,
 // whatever the offset of the records' clock; strays before the first mark are no call's;
-// a call's own mark-like memset stays in its trace (one of a mark's value: nullopt); several devices, each split by its own
-// marks; a lost mark, or activity on a device without marks, gives nullopt (the caller then
-// uses windows); 100,000 calls shuffled; and the fault of windows that the marks avoid.
+// a flush recorded with its byte repeated is still the fence's, a call's memset of the
+// flush's size its own; a call's own mark-like memset stays in its trace (one of a mark's
+// value: nullopt); several devices, each split by its own marks; a lost mark, or activity
+// on a device without marks, gives nullopt (the caller then uses windows); 100,000 calls
+// shuffled; and the fault of windows that the marks avoid.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -94,6 +96,19 @@ TEST_CASE("without flushing, the marks alone fence the calls") {
     CHECK(trace.span_ms == doctest::Approx(0.007));
     CHECK(trace.most_streams == 2);
   }
+}
+
+TEST_CASE("a flush recorded with its byte repeated across the word is the fence's; a call's memset of its size is not") {
+  auto activities = fenced_calls(2);
+  for (GpuActivity& activity : activities)
+    if (activity.bytes == kFlushBytes) activity.value = 0xA5A5A5A5u;
+  GpuActivity own = flush(1'042'000);
+  own.value = 0;  // the call's own memset of the flush's size, another byte
+  activities.push_back(own);
+  auto traces = kcoral::gpu::traces_by_mark(activities, 2, kFlushing);
+  REQUIRE(traces);
+  CHECK((*traces)[0].activities == std::vector<std::string>{"k", "memset"});
+  CHECK((*traces)[1].activities == std::vector<std::string>{"k"});
 }
 
 TEST_CASE("a call's own mark-like memset stays in its trace; one of a mark's value leaves the marks in doubt") {
