@@ -5,7 +5,8 @@
 Sends ten programs in a row to the GPU server at URL (started with --workers-per-gpu 1, and
 --programs-per-worker N for reused workers): timings of a ~10 us and a ~2 ms kernel
 (torch.cuda._sleep), with programs that run torch kernels untimed between them. For each
-timing it prints [activities per call, calls with other activities, calls, median ms]. A
+timing it prints [activities per call, calls with other activities, calls, median ms, how the
+calls were told apart ("marks" or "windows"; a server without marks: "windows")]. A
 faithful timing of one kernel reads [1, 0, 10, ...]; a call window that lost its kernel, or
 took in the L2 flush before it, shows as calls with other activities and a longer median.
 """
@@ -23,7 +24,7 @@ from kcoral.builtins import benchmark
 
 def summary(report):
     return [report["activities_per_call"], report["calls_with_other_activities"], report["repeat"],
-            round(report["latency_ms_median"], 4)]
+            round(report["latency_ms_median"], 4), report.get("calls_told_apart_by", "windows")]
 
 
 def timed(cycles, times):

@@ -43,7 +43,11 @@ def benchmark(fn: Any, *args: Any) -> dict[str, Any]:
     Each call's activity is told apart on the GPU's own timeline: before each call every
     device it uses is flushed (when flushing) and marked with a 4-byte memset, and a
     call's activities on a device are those between its mark and the next. The flushes
-    and marks are in no call's time or activities.
+    and marks are in no call's time or activities. ``calls_told_apart_by`` says
+    ``"marks"``; it says ``"windows"`` when a mark went missing from CUPTI's records and
+    each call took the activities that started between its fence and its drain on
+    CUPTI's clock instead, which can lose a call's kernel of a few microseconds or take in
+    the flush before it.
 
     ``activities`` names what the timed calls launched, in start order (kernels by their
     demangled names, copies ``"memcpy"``, memsets ``"memset"``): the list most of them
@@ -117,6 +121,7 @@ def _untimed_call(tool: str, fn: Any, args: tuple[Any, ...]) -> dict[str, Any]:
         "activities_per_call": None,
         "activities": None,
         "calls_with_other_activities": None,
+        "calls_told_apart_by": None,
         "sm_clock_mhz_min": None,
         "sm_clock_mhz_max": None,
         "timed": False,

@@ -180,7 +180,7 @@ PyObject* benchmark(PyObject*, PyObject* args) {
   PyRef clock_max = optional_clock(report->sm_clock_mhz_max);
   if (!clock_min || !clock_max) return nullptr;
   PyRef built = PyRef::steal(Py_BuildValue(
-      "{s:d,s:d,s:d,s:d,s:d,s:d,s:L,s:L,s:O,s:O,s:L,s:O,s:L,s:O,s:O}", "latency_ms_median",
+      "{s:d,s:d,s:d,s:d,s:d,s:d,s:L,s:L,s:O,s:O,s:L,s:O,s:L,s:s,s:O,s:O}", "latency_ms_median",
       report->latency_ms_median, "latency_ms_mean", report->latency_ms_mean, "latency_ms_min",
       report->latency_ms_min, "latency_ms_max", report->latency_ms_max, "latency_ms_p10",
       report->latency_ms_p10, "latency_ms_p90", report->latency_ms_p90, "warmup",
@@ -189,6 +189,7 @@ PyObject* benchmark(PyObject*, PyObject* args) {
       report->activities_stable ? Py_True : Py_False, "activities_per_call",
       static_cast<long long>(report->activities_per_call), "activities", activities.get(),
       "calls_with_other_activities", static_cast<long long>(report->calls_with_other_activities),
+      "calls_told_apart_by", report->calls_told_apart_by.c_str(),
       "sm_clock_mhz_min", clock_min.get(), "sm_clock_mhz_max", clock_max.get()));
   if (!built || report->per_device.empty()) return built.release();
   // Only for calls that ran on several devices: a one-GPU report keeps its keys.

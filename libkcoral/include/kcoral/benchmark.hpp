@@ -60,6 +60,10 @@ struct BenchmarkReport {
   std::int64_t activities_per_call = 0;  // activities.size()
   std::int64_t calls_with_other_activities = 0;
   bool activities_stable = true;  // calls_with_other_activities == 0
+  // How the calls' activities were told apart: "marks", each device's own timeline split by
+  // the marks the fences wrote; or "windows" of CUPTI's clock, when a mark went missing,
+  // which are right only while CUPTI's records and that clock agree.
+  std::string calls_told_apart_by = "marks";
   std::optional<unsigned> sm_clock_mhz_min;  // sampled during the timed calls
   std::optional<unsigned> sm_clock_mhz_max;
   // By device, when the calls ran on more than one (the latencies above then span all of

@@ -296,6 +296,7 @@ Result<BenchmarkReport> run_benchmark(const BenchmarkCall& call, const Benchmark
   std::vector<GpuActivity> activities = (*recorder)->collect();
   auto marked = traces_by_mark(activities, windows.size(), devices->flush_bytes());
   std::vector<CallTrace> traces = marked ? std::move(*marked) : traces_by_window(std::move(activities), windows);
+  if (!marked) report.calls_told_apart_by = "windows";
   if (!loop) return std::unexpected(loop.error());
   if (refuse_multi_stream.load()) {
     std::size_t most = 0;

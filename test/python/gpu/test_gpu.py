@@ -132,6 +132,7 @@ def test_benchmark_reports_a_kernel_and_refuses_a_call_without_gpu_activity():
     assert report["activities_per_call"] == len(report["activities"]) == 1, report
     assert report["activities"][0].startswith("void at::native::"), report  # demangled
     assert report["activities_stable"] and report["calls_with_other_activities"] == 0, report
+    assert report["calls_told_apart_by"] == "marks", report
     failed = run(source, "none", uploads=[np.ones(4, dtype=np.float32)])
     assert failed.status == "FAILED" and "no GPU activity" in failed.error["message"]
 

@@ -381,7 +381,8 @@ def test_the_servers_error_traceback_and_log_are_printed_escaped(project, capsys
 REPORT_KEYS = {
     "latency_ms_median", "latency_ms_mean", "latency_ms_min", "latency_ms_max",
     "latency_ms_p10", "latency_ms_p90", "warmup", "repeat", "flush_l2", "activities_stable",
-    "activities_per_call", "activities", "calls_with_other_activities", "sm_clock_mhz_min", "sm_clock_mhz_max", "timed",
+    "activities_per_call", "activities", "calls_with_other_activities", "calls_told_apart_by", "sm_clock_mhz_min",
+    "sm_clock_mhz_max", "timed",
 }  # fmt: skip
 
 
