@@ -159,6 +159,7 @@ def test_benchmark_of_a_two_gpu_function_spans_both_with_each_beside_it():
     # The span covers both devices' work: at least the longer device's own span.
     assert report["latency_ms_max"] >= max(part["latency_ms_min"] for part in per_device)
     assert report["activities_per_call"] == 2
+    assert report["calls_told_apart_by"] == "marks", report  # each device by its own marks
 
 
 HOLDS_A_GPU = """
