@@ -33,11 +33,14 @@ namespace kcoral::messages {
 // `cuda_connections` hardware queues (CUDA_DEVICE_MAX_CONNECTIONS; 0: CUDA's default).
 // `refuse_multi_stream`: its benchmark() refuses calls that run on several streams, and
 // its result says so (RunResult::multi_stream), for the front to run the program again
-// on a worker of CUDA's queues.
+// on a worker of CUDA's queues. `warm_up`: it runs the warm-up program before it says it
+// is ready, which spares its first program the first run's costs (not when programs
+// already wait for a worker: there it would only delay the next one and add CPU).
 struct Fork {
   std::string visible_devices;
   std::int64_t cuda_connections = 0;
   bool refuse_multi_stream = false;
+  bool warm_up = true;
 };
 // zygote -> front, once: the interpreter is up; what its environment has installed.
 struct ZygoteReady {

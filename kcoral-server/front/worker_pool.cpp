@@ -262,6 +262,7 @@ void WorkerPool::dispatch() {
   if (!queue_.empty() && !draining_ && supply_.starts().failing()) refuse_queued(supply_.starts().failing_message());
   want_set_workers();
   publish_load();
+  supply_.programs_waiting(!queue_.empty() || !awaiting_.empty());
   supply_.top_up();
 }
 

@@ -81,7 +81,7 @@ void WorkerSupply::top_up() {
     for (; prepared[group] < wanted; ++prepared[group]) {
       pending_forks_.push_back(group);
       const WorkerGroup& of = config_.groups[group];
-      zygote_->request_fork({of.visible_devices, of.cuda_connections, of.rerun_group.has_value()});
+      zygote_->request_fork({of.visible_devices, of.cuda_connections, of.rerun_group.has_value(), !programs_waiting_});
     }
   }
 }

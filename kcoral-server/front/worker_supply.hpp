@@ -87,6 +87,9 @@ class WorkerSupply {
   // Fewer than there are lets the rest finish their starts (the pool lets go those it has
   // no program for).
   void want(std::size_t group, std::size_t workers) { demand_.at(group) = workers; }
+  // Whether programs wait for a worker now: the workers forked meanwhile skip the warm-up
+  // (messages::Fork::warm_up), which would only delay them.
+  void programs_waiting(bool waiting) { programs_waiting_ = waiting; }
   // Stops forking: the zygote is restarted no more and top_up does nothing.
   void stop_forking() { stopping_ = true; }
   // Kills every worker and ends the zygote.
@@ -121,6 +124,7 @@ class WorkerSupply {
   std::optional<WorkerStarts::Clock::time_point> fork_timer_at_;
   WorkerStarts starts_;
   std::map<std::string, std::string> versions_;  // the zygote's, until the trial passes
+  bool programs_waiting_ = false;
   bool zygote_started_ = false;  // a zygote was ready once
   bool zygote_ready_ = false;    // the zygote now running is (none forks before)
   enum class Announced { not_yet, ready, failed } announced_ = Announced::not_yet;

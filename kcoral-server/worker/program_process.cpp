@@ -170,7 +170,7 @@ Status send_result(Courier& courier, const ProgramResult& result, bool continues
 
 int serve_programs(Executor& executor, Courier& courier, const ProgramProcessOptions& options) {
   // Before the first program arrives, not after: this worker was forked ahead of time.
-  executor.warm_up(options.work_root);
+  if (options.warm_up) executor.warm_up(options.work_root);
   if (options.gpu) {
 #ifdef KCORAL_HAVE_CUDA
     gpu::refuse_multi_stream_calls(options.refuse_multi_stream);

@@ -21,9 +21,11 @@ struct ProgramProcessOptions {
   // several streams, and the result says so (kcoral/benchmark.hpp), for the front to run
   // the program again on a worker of CUDA's default queues.
   bool refuse_multi_stream = false;
+  // Run the warm-up program before the first Ready (Fork::warm_up).
+  bool warm_up = true;
 };
 
-// Warms up (and on a GPU makes its context), announces readiness, then for each program:
+// Warms up when asked (and on a GPU makes its context), announces readiness, then for each program:
 // receives blobs and the program through `courier`, runs it, kills what it left running
 // and sends the result, saying whether it takes another and, if not before its count
 // ran out, why. Returns the process exit code.

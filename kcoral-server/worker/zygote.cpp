@@ -167,7 +167,7 @@ void Zygote::fork_worker(int signal_fd, const messages::Fork& fork) {
     if (!courier) ::_exit(1);
     std::string root = sandboxed_root->empty() ? worker_root(::getpid()) : *sandboxed_root;
     ProgramProcessOptions process{root, options_.flags.device == "gpu", options_.flags.programs_per_worker,
-                                  options_.flags.reuse_check, fork.refuse_multi_stream};
+                                  options_.flags.reuse_check, fork.refuse_multi_stream, fork.warm_up};
     ::_exit(serve_programs(executor_, **courier, process));
   });
   if (!pid) return fork_failed(pid.error().message);

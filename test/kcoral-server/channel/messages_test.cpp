@@ -24,7 +24,7 @@ std::vector<messages::Message> one_of_each() {
   messages::RunResult result{true, R"({"out":{"type":"int","value":"1"}})", "out ü", true, "err", false, 12.5, {3, 0, 7},
                       messages::ErrorDetail{kcoral::ErrorKind::runtime, "boom", 2, "run", "Traceback...", "r", "cuLaunchKernel", "x.py:3"},
                       "threads: 3 after the program, 2 before", true};
-  return {messages::Fork{"GPU-1234", 1, true},
+  return {messages::Fork{"GPU-1234", 1, true, false},
           messages::ZygoteReady{{{"python", "3.11"}, {"numpy", "2.0"}}},
           messages::Forked{4242},
           messages::Exited{4242, std::nullopt, 9, true},
@@ -77,6 +77,9 @@ TEST_CASE("the fields come back as they were sent") {
   CHECK(result.error->index == 2);
   CHECK(result.error->id == "r");
   CHECK(result.error->location == "x.py:3");
+  auto fork = std::get<messages::Fork>(*messages::decode(messages::encode(one_of_each().front()), 0));
+  CHECK(fork.refuse_multi_stream);
+  CHECK_FALSE(fork.warm_up);
   auto exited = std::get<messages::Exited>(*messages::decode(R"({"type":"exited","pid":7,"signal":9})", 0));
   CHECK(!exited.exit_code.has_value());
   CHECK(exited.signal == 9);

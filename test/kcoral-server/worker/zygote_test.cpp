@@ -94,8 +94,8 @@ struct Worker {
 
 // Asks `zygote` for a worker and takes what comes back; nullopt when no `forked` came with
 // its two descriptors.
-std::optional<Worker> fork_worker(Front& zygote) {
-  if (!zygote.send(messages::Fork{""})) return std::nullopt;
+std::optional<Worker> fork_worker(Front& zygote, messages::Fork fork = messages::Fork{""}) {
+  if (!zygote.send(fork)) return std::nullopt;
   std::vector<kcoral::UniqueFd> fds;
   auto forked = zygote.expect<messages::Forked>(&fds);
   if (!forked || fds.size() != 2) return std::nullopt;
@@ -338,6 +338,29 @@ TEST_CASE("a worker runs a program end to end, its exit is reported with its cod
   auto next = fork_worker(zygote.front);
   REQUIRE(next.has_value());
   CHECK(next->front.expect<messages::Ready>().has_value());
+}
+
+TEST_CASE("a worker forked without the warm-up runs the front's program as its first program; with it, as its second") {
+  // The executor numbers the programs a process runs in their uploads' module names
+  // (kcoral_upload_<n>_...); both workers start from the zygote's count.
+  kcoral::test::TempDir work_root;
+  ZygoteProcess zygote(work_root, no_sandbox());
+  REQUIRE(zygote.front.expect<messages::ZygoteReady>());
+  auto built = calling("def main():\n    return int(__name__.split('_')[2])\n");
+  std::vector<std::int64_t> numbers;
+  for (bool warm_up : {false, true}) {
+    CAPTURE(warm_up);
+    auto worker = fork_worker(zygote.front, messages::Fork{"", 0, false, warm_up});
+    REQUIRE(worker.has_value());
+    REQUIRE(worker->front.expect<messages::Ready>());
+    REQUIRE(worker->front.send_job(built));
+    auto result = worker->front.result();
+    REQUIRE(result.has_value());
+    REQUIRE_FALSE(result->error.has_value());
+    numbers.push_back(Json::parse(result->results)["out"]["value"].get<std::int64_t>());
+    REQUIRE(zygote.front.expect<messages::Exited>());
+  }
+  CHECK(numbers[1] == numbers[0] + 1);  // the warm-up was the other's first
 }
 
 TEST_CASE("a worker killed by a signal is reported with it; what it left running is killed, the live workers spared") {
