@@ -17,6 +17,8 @@
 #include <string>
 #include <thread>
 
+#include "read_to_end.hpp"
+
 namespace kcoral {
 
 // From /proc/<pid>/stat, with plain read(2) (the process may be gone by the time it is
@@ -54,9 +56,7 @@ std::optional<std::vector<pid_t>> children_from_task_files(pid_t parent) {
     int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) continue;
     found = true;
-    std::string text;
-    char buffer[4096];
-    for (ssize_t n; (n = ::read(fd, buffer, sizeof buffer)) > 0;) text.append(buffer, static_cast<std::size_t>(n));
+    std::string text = read_to_end(fd);
     ::close(fd);
     for (const char* cursor = text.c_str(); *cursor != '\0';) {
       char* end = nullptr;

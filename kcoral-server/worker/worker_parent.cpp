@@ -26,6 +26,7 @@
 #include "kcoral/unique_fd.hpp"
 #include "messages.hpp"
 #include "process_tree.hpp"
+#include "read_to_end.hpp"
 #include "program_environment.hpp"
 #include "worker_options.hpp"
 #include "zygote.hpp"
@@ -70,10 +71,7 @@ std::map<std::string, std::string> versions_in_child(kcoral::Executor& executor)
   }
   write_end.reset();
   if (pid < 0) return {};
-  std::string text;
-  char buffer[4096];
-  for (ssize_t n; (n = ::read(read_end.get(), buffer, sizeof buffer)) > 0;)
-    text.append(buffer, static_cast<std::size_t>(n));
+  std::string text = kcoral::read_to_end(read_end.get());
   int status = 0;
   if (::waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0) return {};
   std::map<std::string, std::string> versions;

@@ -29,6 +29,7 @@
 #include "messages.hpp"
 #include "process_tree.hpp"
 #include "program_process.hpp"
+#include "read_to_end.hpp"
 
 namespace kcoral {
 
@@ -59,9 +60,7 @@ Status Zygote::trial() {
   if (!pid) return std::unexpected(pid.error());
   write_end.reset();
   sandbox_.continue_admission(*pid, /*wait=*/true);  // before serving: no other child to fork meanwhile
-  std::string report;
-  char buffer[4096];
-  for (ssize_t n; (n = ::read(read_end.get(), buffer, sizeof buffer)) > 0;) report.append(buffer, n);
+  std::string report = read_to_end(read_end.get());
   ::waitpid(*pid, nullptr, 0);
   (void)sandbox_.release(*pid);
   if (report != "ok")
