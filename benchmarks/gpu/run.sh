@@ -103,6 +103,9 @@ if [[ ${1:-} == real-jobs ]]; then
     local flags=(--sandbox "$1")
     # Its sandboxed workers see its own package; our unpacked wheels are shown to them too.
     [[ $1 == bubblewrap ]] && flags+=(--sandbox-readonly-path "$refcustom" --sandbox-readonly-path "$site")
+    # And the machine's compiler, which Triton's launcher is built with (its own sandbox
+    # leaves /opt out, and Triton then fails in it: no /opt/gcc/bin/gcc).
+    [[ $1 == bubblewrap && -d /opt/gcc ]] && flags+=(--sandbox-readonly-path /opt/gcc)
     (cd /tmp/kcoral-ref-run && PATH=$refdeps/usr/bin:$PATH PYTHONPATH=$refsite:$refcustom \
       exec "$python" -m kcoral server --device gpu --gpus 0 --port "$refport" --log-dir "$out/reference-events" \
       "${flags[@]}") >>"$out/server-reference.log" 2>&1 &
