@@ -42,6 +42,10 @@
 #                                    cores): ours with fresh and with reused workers beside the
 #                                    reference's; needs .gpu-carry/reference and .gpu-carry/wheels;
 #                                    ROUNDTRIP_ARGS adds to its flags
+#   benchmarks/gpu/run.sh worker-cpu benchmarks/worker_cpu.py on CPU servers of this machine (16
+#                                    cores): the CPU of a fresh worker, the front's and the worker
+#                                    parent's shares, with torch and triton preloaded and without;
+#                                    WORKER_CPU_ARGS adds to its flags
 #   benchmarks/gpu/run.sh            everything (with what earlier calls stashed)
 #
 # Brought along (made by benchmarks/gpu/carry.sh, which says which call carries what):
@@ -177,6 +181,17 @@ if [[ ${1:-} == roundtrip ]]; then
     --workers 8 ${ROUNDTRIP_ARGS:-} --variant "reused=$server --programs-per-worker 64" \
     --variant "numpy-only=$server --preload numpy,kcoral.builtins,kcoral._native" \
     --json "$result/roundtrip.json" 2>&1 | tee "$result/roundtrip.md"
+  exit 0
+fi
+if [[ ${1:-} == worker-cpu ]]; then
+  # A fresh worker's CPU, and the worker parent's share of it, with the parent this
+  # machine's environment makes (torch and triton preloaded) and a small one, on 16 cores.
+  log "benchmarks/worker_cpu.py on CPU servers of this machine's 16 cores"
+  server=$root/build/gpu/kcoral-server/kcoral-server
+  timeout 560 "$python" benchmarks/worker_cpu.py --server "$server" --workers 8 --clients 8 \
+    --short 300 --long 2300 ${WORKER_CPU_ARGS:-} \
+    --variant "numpy-only=--preload numpy,kcoral.builtins,kcoral._native" \
+    --variant "reused=--programs-per-worker 1000" 2>&1 | tee "$result/worker-cpu.md"
   exit 0
 fi
 if [[ ${1:-} == real-jobs ]]; then
