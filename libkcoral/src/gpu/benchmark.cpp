@@ -294,10 +294,10 @@ Result<BenchmarkReport> run_benchmark(const BenchmarkCall& call, const Benchmark
       if (auto mhz = sm_clock_mhz(uuid)) clocks.push_back(*mhz);
   }
   std::vector<GpuActivity> activities = (*recorder)->collect();
-  auto marked = traces_by_mark(activities, windows.size(), devices->flush_bytes());
-  std::vector<CallTrace> traces = marked ? std::move(*marked) : traces_by_window(std::move(activities), windows);
-  if (!marked) report.calls_told_apart_by = "windows";
   if (!loop) return std::unexpected(loop.error());
+  auto marked = traces_by_mark(activities, windows.size(), devices->flush_bytes());
+  std::vector<CallTrace> traces = marked ? std::move(*marked) : traces_by_window(activities, windows);
+  if (!marked) report.calls_told_apart_by = "windows";
   if (refuse_multi_stream.load()) {
     std::size_t most = 0;
     for (const CallTrace& trace : traces) most = std::max(most, trace.most_streams);

@@ -23,6 +23,16 @@ bool is_mark(const GpuActivity& activity) {
   return activity.kind == GpuActivity::Kind::memset && activity.bytes == 4 && (activity.value & 0xFFFF0000u) == kMarkBase;
 }
 
+// The records in start order, as pointers: sorting these moves no record (nor its name).
+std::vector<const GpuActivity*> in_start_order(const std::vector<GpuActivity>& activities) {
+  std::vector<const GpuActivity*> ordered;
+  ordered.reserve(activities.size());
+  for (const GpuActivity& activity : activities) ordered.push_back(&activity);
+  std::stable_sort(ordered.begin(), ordered.end(),
+                   [](const GpuActivity* a, const GpuActivity* b) { return a->start_ns < b->start_ns; });
+  return ordered;
+}
+
 }  // namespace
 
 std::uint32_t mark_value(std::size_t call) { return kMarkBase | static_cast<std::uint32_t>(call & 0xFFFFu); }
@@ -46,24 +56,23 @@ CallTrace TraceBuilder::finish() && {
   return std::move(trace_);
 }
 
-std::optional<std::vector<CallTrace>> traces_by_mark(std::vector<GpuActivity> activities, std::size_t calls,
+std::optional<std::vector<CallTrace>> traces_by_mark(const std::vector<GpuActivity>& activities, std::size_t calls,
                                                      const std::map<std::uint32_t, std::uint64_t>& flush_bytes) {
-  std::stable_sort(activities.begin(), activities.end(),
-                   [](const GpuActivity& a, const GpuActivity& b) { return a.start_ns < b.start_ns; });
+  if (calls == 0) return std::vector<CallTrace>{};  // whatever was recorded is no call's
   // Per device, in start order: the marks, each call's in turn, and the rest; and how many
   // records could be a call's mark, which must be as many as the calls: one more (a
   // call's own memset of a mark's value) would leave which is the fence's in doubt.
   std::map<std::uint32_t, std::vector<const GpuActivity*>> marks, others;
   std::map<std::uint32_t, std::size_t> mark_like;
-  for (const GpuActivity& activity : activities) {
-    auto flush = flush_bytes.find(activity.device);
-    if (flush != flush_bytes.end() && is_flush(activity, flush->second)) continue;
-    std::vector<const GpuActivity*>& device_marks = marks[activity.device];
-    if (is_mark(activity) && (calls > 0xFFFFu || (activity.value & 0xFFFFu) < calls)) ++mark_like[activity.device];
-    if (is_mark(activity) && activity.value == mark_value(device_marks.size()) && device_marks.size() < calls)
-      device_marks.push_back(&activity);
+  for (const GpuActivity* activity : in_start_order(activities)) {
+    auto flush = flush_bytes.find(activity->device);
+    if (flush != flush_bytes.end() && is_flush(*activity, flush->second)) continue;
+    std::vector<const GpuActivity*>& device_marks = marks[activity->device];
+    if (is_mark(*activity) && (calls > 0xFFFFu || (activity->value & 0xFFFFu) < calls)) ++mark_like[activity->device];
+    if (is_mark(*activity) && activity->value == mark_value(device_marks.size()) && device_marks.size() < calls)
+      device_marks.push_back(activity);
     else
-      others[activity.device].push_back(&activity);
+      others[activity->device].push_back(activity);
   }
   std::vector<TraceBuilder> builders(calls);
   for (const auto& [device, rest] : others) {
@@ -82,17 +91,16 @@ std::optional<std::vector<CallTrace>> traces_by_mark(std::vector<GpuActivity> ac
   return traces;
 }
 
-std::vector<CallTrace> traces_by_window(std::vector<GpuActivity> activities,
+std::vector<CallTrace> traces_by_window(const std::vector<GpuActivity>& activities,
                                         const std::vector<std::pair<std::uint64_t, std::uint64_t>>& windows) {
-  std::stable_sort(activities.begin(), activities.end(),
-                   [](const GpuActivity& a, const GpuActivity& b) { return a.start_ns < b.start_ns; });
+  std::vector<const GpuActivity*> ordered = in_start_order(activities);
   std::vector<CallTrace> traces;
   traces.reserve(windows.size());
-  auto next = activities.begin();
+  auto next = ordered.begin();
   for (const auto& [from, to] : windows) {
-    while (next != activities.end() && next->start_ns < from) ++next;  // fences, strays
+    while (next != ordered.end() && (*next)->start_ns < from) ++next;  // fences, strays
     TraceBuilder builder;
-    for (; next != activities.end() && next->start_ns <= to; ++next) builder.add(*next);
+    for (; next != ordered.end() && (*next)->start_ns <= to; ++next) builder.add(**next);
     traces.push_back(std::move(builder).finish());
   }
   return traces;

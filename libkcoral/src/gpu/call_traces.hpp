@@ -43,9 +43,11 @@ inline constexpr unsigned char kFlushByte = 0xA5;
 // with its marks. `flush_bytes`: per device, the size of its L2 flush (none when not
 // flushing); flushes and marks are the fence's, in no trace. nullopt when the marks on
 // some device that has activity are not exactly the calls' marks, each once and in order
-// (CUPTI dropped a record, or a device was used that the fence does not mark).
+// (CUPTI dropped a record, or a device was used that the fence does not mark). The
+// activities may come in any order. No calls (a loop that failed at its first): no traces.
 [[nodiscard]] std::optional<std::vector<CallTrace>> traces_by_mark(
-    std::vector<GpuActivity> activities, std::size_t calls, const std::map<std::uint32_t, std::uint64_t>& flush_bytes);
+    const std::vector<GpuActivity>& activities, std::size_t calls,
+    const std::map<std::uint32_t, std::uint64_t>& flush_bytes);
 
 // One trace per window [from, to] of CUPTI's clock (cuptiGetTimestamp() before a call and
 // after its device drained): the activities that start in it. Right only while CUPTI's
@@ -53,7 +55,7 @@ inline constexpr unsigned char kFlushByte = 0xA5;
 // process (benchmarks/gpu/results/2026-12-05-h100-timing-windows.md): for when the marks
 // cannot be used.
 [[nodiscard]] std::vector<CallTrace> traces_by_window(
-    std::vector<GpuActivity> activities, const std::vector<std::pair<std::uint64_t, std::uint64_t>>& windows);
+    const std::vector<GpuActivity>& activities, const std::vector<std::pair<std::uint64_t, std::uint64_t>>& windows);
 
 // One call's trace, made of its activities as they are added: each device's window (first
 // start, last end) and streams, which finish() turns into spans.

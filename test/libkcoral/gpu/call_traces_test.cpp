@@ -5,8 +5,8 @@
 // a flush recorded with its byte repeated is still the fence's, a call's memset of the
 // flush's size its own; a call's own mark-like memset stays in its trace (one of a mark's
 // value: nullopt); several devices, each split by its own marks; a lost mark, or activity
-// on a device without marks, gives nullopt (the caller then uses windows); 100,000 calls
-// shuffled; and the fault of windows that the marks avoid.
+// on a device without marks, gives nullopt (the caller then uses windows); no calls, no
+// traces; 100,000 calls shuffled; and the fault of windows that the marks avoid.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -144,6 +144,15 @@ TEST_CASE("a lost mark, or activity on a device the fence does not mark, gives n
   activities = fenced_calls(3);
   activities.push_back(kernel(1'140'000, 1'150'000, 2));
   CHECK_FALSE(kcoral::gpu::traces_by_mark(activities, 3, kFlushing));
+}
+
+TEST_CASE("no calls (the loop failed at its first): no traces, whatever was recorded") {
+  // What the first fence and a failed call left: its mark and a kernel, but no call ended.
+  auto activities = fenced_calls(1);
+  auto traces = kcoral::gpu::traces_by_mark(activities, 0, kFlushing);
+  REQUIRE(traces);
+  CHECK(traces->empty());
+  CHECK(kcoral::gpu::traces_by_window(activities, {}).empty());
 }
 
 TEST_CASE("100,000 calls, their records shuffled, each get their kernel") {
