@@ -17,7 +17,7 @@
 #include <string>
 #include <thread>
 
-#include "read_to_end.hpp"
+#include "kcoral/read_to_end.hpp"
 
 namespace kcoral {
 

@@ -26,7 +26,7 @@
 #include "kcoral/unique_fd.hpp"
 #include "messages.hpp"
 #include "process_tree.hpp"
-#include "read_to_end.hpp"
+#include "kcoral/read_to_end.hpp"
 #include "program_environment.hpp"
 #include "worker_options.hpp"
 #include "zygote.hpp"

@@ -29,7 +29,7 @@
 #include "messages.hpp"
 #include "process_tree.hpp"
 #include "program_process.hpp"
-#include "read_to_end.hpp"
+#include "kcoral/read_to_end.hpp"
 
 namespace kcoral {
 

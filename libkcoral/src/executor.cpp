@@ -12,6 +12,7 @@
 #include "device.hpp"
 #include "cuda_hazard.hpp"
 #include "kcoral/program_builder.hpp"
+#include "kcoral/read_to_end.hpp"
 #include "kcoral/unique_fd.hpp"
 #include "program_run.hpp"
 #include "fork_scope.hpp"
@@ -95,13 +96,7 @@ Result<PreloadedModule> trial_import(PyObject* support, const std::string& name,
   fork.in_parent();
   if (pid < 0) return fail(ErrorKind::engine, std::string("fork: ") + std::strerror(errno));
   write_end.reset();
-  std::string verdict;
-  char buffer[4096];
-  for (ssize_t n; (n = ::read(read_end.get(), buffer, sizeof buffer)) != 0;) {
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) break;
-    verdict.append(buffer, static_cast<std::size_t>(n));
-  }
+  std::string verdict = read_to_end(read_end.get());
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
