@@ -283,7 +283,7 @@ def main() -> None:
           f"with <<<>>>; the gaps depend on the launcher)")
     print("\n| trivial GPU program, 8 clients | programs/s | lease held | on the worker | queued (medians) |")
     print("| --- | --- | --- | --- | --- |")
-    servers = [("fresh workers (goal 20/s)", figures["throughput_fresh"])]
+    servers = [("fresh workers (goal 12/s on an H200)", figures["throughput_fresh"])]
     servers += [(f"fresh workers, {label}", value) for label, value in figures["throughput_fresh_variants"].items()]
     servers += [("reused workers (64 programs each)", figures["throughput_reused"])]
     for label, value in servers:
