@@ -58,9 +58,9 @@ Status send_job(const Channel& channel, const ExecuteJob& job) {
   }
   if (auto status = flush(); !status) return status;
   // The program's text as it came, in a memfd of its own: no escaping into the message.
-  auto program = Blob::copy_of(job.admitted.program_json);
+  auto program = Blob::sealed_copy(std::as_bytes(std::span(job.admitted.program_json)));
   if (!program) return std::unexpected(program.error());
-  int text[] = {program->fd()};
+  int text[] = {program->get()};
   return messages::send(channel,
                         messages::RunProgram{job.request_id, job.admitted.output_limit_bytes, job.admitted.max_binary_bytes},
                         text);

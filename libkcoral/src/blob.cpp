@@ -29,11 +29,17 @@ struct Blob::Mapping {
 
 
 Result<Blob> Blob::copy_of(std::span<const std::byte> data) {
+  auto fd = sealed_copy(data);
+  if (!fd) return std::unexpected(fd.error());
+  return from_fd(std::move(*fd));
+}
+
+Result<UniqueFd> Blob::sealed_copy(std::span<const std::byte> data) {
   auto fd = new_memfd("kcoral-blob");
   if (!fd) return std::unexpected(fd.error());
   KCORAL_TRY(write_at(fd->get(), data, 0));
   KCORAL_TRY(seal_memfd(fd->get()));
-  return from_fd(std::move(*fd));
+  return fd;
 }
 
 Result<Blob> Blob::copy_of(std::string_view data) {

@@ -68,7 +68,9 @@ std::vector<std::string> sha256_hex_each(std::span<const std::span<const std::by
     for (std::size_t k = next++; k < large.size(); k = next++) digests[large[k]] = sha256_hex(pieces[large[k]]);
   };
   std::vector<std::jthread> helpers;
-  std::size_t cores = std::max(1u, std::thread::hardware_concurrency());
+  // Asked only when there is work to share: the count is read from sysfs at each call, and
+  // this runs for every request the front admits, most with no large piece at all.
+  std::size_t cores = large.size() > 1 ? std::max(1u, std::thread::hardware_concurrency()) : 1;
   for (std::size_t t = 1; t < std::min(large.size(), cores); ++t) {
     try {
       helpers.emplace_back(hash_large);

@@ -77,6 +77,23 @@ TEST_CASE("the memfd is sealed: writes, truncation and growth through the descri
   CHECK(blob.view() == "sealed");
 }
 
+TEST_CASE("sealed_copy: the same sealed memfd, unmapped here, that a receiver of its descriptor may map") {
+  std::string data("program\0text", 12);
+  auto file = kcoral::Blob::sealed_copy(std::as_bytes(std::span(data)));
+  REQUIRE_MESSAGE(file.has_value(), file.error().message);
+  int seals = ::fcntl(file->get(), F_GET_SEALS);
+  CHECK((seals & (F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)) ==
+        (F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL));
+  CHECK((::fcntl(file->get(), F_GETFD) & FD_CLOEXEC) != 0);
+  CHECK(::pwrite(file->get(), "X", 1, 0) == -1);
+  // What a worker does with it: the checks for an untrusted descriptor pass, and the bytes
+  // are the copy's, whatever happened to the source since.
+  data[0] = 'X';
+  auto received = kcoral::Blob::from_untrusted_fd(std::move(*file), 12);
+  REQUIRE_MESSAGE(received.has_value(), received.error().message);
+  CHECK(received->view() == std::string_view("program\0text", 12));
+}
+
 TEST_CASE("the descriptor is close-on-exec") {
   kcoral::Blob blob = blob_of("x");
   CHECK((::fcntl(blob.fd(), F_GETFD) & FD_CLOEXEC) != 0);

@@ -29,6 +29,10 @@ class Blob {
   // Copies `data` into a new sealed memfd.
   [[nodiscard]] static Result<Blob> copy_of(std::span<const std::byte> data);
   [[nodiscard]] static Result<Blob> copy_of(std::string_view data);
+  // The same memfd, sealed as a Blob's is, but not mapped here: for bytes this process only
+  // hands to another. A mapping made and removed again costs this process's other threads
+  // a TLB flush each.
+  [[nodiscard]] static Result<UniqueFd> sealed_copy(std::span<const std::byte> data);
   // Maps a memfd received from a trusted process (read-only, whole file).
   [[nodiscard]] static Result<Blob> from_fd(UniqueFd fd);
   // Maps a descriptor received from a process that is not trusted, only if it is a regular
