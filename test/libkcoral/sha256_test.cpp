@@ -40,6 +40,22 @@ TEST_CASE("sha256_hex_each gives each piece's digest in order, large pieces hash
   CHECK(kcoral::sha256_hex_each({}).empty());
 }
 
+TEST_CASE("sha256_hex_each with one large piece, or none, hashes each on the caller's thread, in order") {
+  // The paths that ask for no core count: one large piece has no one to share it with.
+  const std::string large(kcoral::kHashOnThreadsFrom + 1, 'L');
+  const std::string small_a(10, 'a'), small_b(4096, 'b');
+  std::vector<std::span<const std::byte>> one_large{std::as_bytes(std::span(small_a)), std::as_bytes(std::span(large)),
+                                                    std::as_bytes(std::span(small_b))};
+  std::vector<std::string> digests = kcoral::sha256_hex_each(one_large);
+  REQUIRE(digests.size() == 3);
+  CHECK(digests[0] == kcoral::sha256_hex(small_a));
+  CHECK(digests[1] == kcoral::sha256_hex(large));
+  CHECK(digests[2] == kcoral::sha256_hex(small_b));
+  std::vector<std::span<const std::byte>> only_small{std::as_bytes(std::span(small_b)), std::as_bytes(std::span(small_a))};
+  CHECK(kcoral::sha256_hex_each(only_small) ==
+        std::vector<std::string>{kcoral::sha256_hex(small_b), kcoral::sha256_hex(small_a)});
+}
+
 TEST_CASE("digests are 64 lowercase hex digits") {
   const std::string digest = kcoral::sha256_hex("anything");
   CHECK(digest.size() == 64);
