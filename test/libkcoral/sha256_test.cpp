@@ -51,7 +51,8 @@ TEST_CASE("sha256_hex_each with one large piece, or none, hashes each on the cal
   CHECK(digests[0] == kcoral::sha256_hex(small_a));
   CHECK(digests[1] == kcoral::sha256_hex(large));
   CHECK(digests[2] == kcoral::sha256_hex(small_b));
-  std::vector<std::span<const std::byte>> only_small{std::as_bytes(std::span(small_b)), std::as_bytes(std::span(small_a))};
+  std::vector<std::span<const std::byte>> only_small{std::as_bytes(std::span(small_b)),
+                                                     std::as_bytes(std::span(small_a))};
   CHECK(kcoral::sha256_hex_each(only_small) ==
         std::vector<std::string>{kcoral::sha256_hex(small_b), kcoral::sha256_hex(small_a)});
 }
