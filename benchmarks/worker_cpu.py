@@ -18,7 +18,8 @@ namespace's teardown).
 
 Prints a row per server: CPU per program (user and system), the front's and the worker
 parent's own shares of it (read from /proc at the end of each load, differenced the same
-way), programs per second in the long run, and its median ``queue_ms``. The worker parent
+way), programs per second in the long run, and its median ``queue_ms`` and ``elapsed_ms``
+(the worker's time, which a fresh worker's first program shows). The worker parent
 forks and reaps every fresh worker on one thread, so 1000 ms over its share is a ceiling
 on fresh programs per second however many cores the server has. Goal (issue: CPU workers
 cheaper): a fresh worker at most 4 ms of CPU per program.
@@ -51,13 +52,15 @@ def _tree_cpu() -> tuple[float, float]:
     return usage.ru_utime, usage.ru_stime
 
 
-def _load(url: str, programs: int, clients: int) -> tuple[float, list[float], list[str]]:
+def _load(url: str, programs: int,
+          clients: int) -> tuple[float, list[float], list[float], list[str]]:
     """Sends `programs` trivial programs from `clients` threads; the wall time, each
-    completed program's queue_ms, and what went wrong."""
+    completed program's queue_ms and elapsed_ms, and what went wrong."""
     program = trivial_program()
     remaining = [programs]
     lock = threading.Lock()
     queue_ms: list[float] = []
+    elapsed_ms: list[float] = []
     failures: list[str] = []
 
     def client_thread() -> None:
@@ -76,6 +79,7 @@ def _load(url: str, programs: int, clients: int) -> tuple[float, list[float], li
                 with lock:
                     if result.completed and result.results.get("r") == 1:
                         queue_ms.append(result.queue_ms)
+                        elapsed_ms.append(result.elapsed_ms)
                     else:
                         failures.append(f"{result.status}: {result.error}")
 
@@ -85,7 +89,7 @@ def _load(url: str, programs: int, clients: int) -> tuple[float, list[float], li
         thread.start()
     for thread in threads:
         thread.join()
-    return time.perf_counter() - start, queue_ms, failures
+    return time.perf_counter() - start, queue_ms, elapsed_ms, failures
 
 
 def _own_cpu(pid: int) -> float:
@@ -111,7 +115,7 @@ def _run(label: str, command: list[str], workers: int, programs: int, clients: i
     server = start_ours(label, command, workers, directory)
     front = server.process.pid
     try:
-        wall, queue_ms, failures = _load(server.url, programs, clients)
+        wall, queue_ms, elapsed_ms, failures = _load(server.url, programs, clients)
         front_cpu = _own_cpu(front)
         parent_cpu = sum(_own_cpu(child) for child in _children(front))
     finally:
@@ -119,7 +123,7 @@ def _run(label: str, command: list[str], workers: int, programs: int, clients: i
     after = _tree_cpu()
     return {"user": after[0] - before[0], "system": after[1] - before[1], "wall": wall,
             "front": front_cpu, "worker_parent": parent_cpu,
-            "queue_ms": queue_ms, "failures": failures}
+            "queue_ms": queue_ms, "elapsed_ms": elapsed_ms, "failures": failures}
 
 
 def measure(label: str, command: list[str], args: argparse.Namespace,
@@ -137,6 +141,7 @@ def measure(label: str, command: list[str], args: argparse.Namespace,
         "worker_parent_ms": (long["worker_parent"] - short["worker_parent"]) / programs * 1e3,
         "per_second": args.long / long["wall"],
         "queue_median_ms": statistics.median(long["queue_ms"]) if long["queue_ms"] else None,
+        "elapsed_median_ms": statistics.median(long["elapsed_ms"]) if long["elapsed_ms"] else None,
         "failures": short["failures"] + long["failures"],
     }
 
@@ -170,15 +175,16 @@ def main() -> None:
     print(f"CPU of the server tree per program ({args.long} - {args.short} programs, "
           f"{args.clients} clients, {args.workers} workers)")
     print("| server | CPU per program | user | system | the front | the worker parent "
-          "| its ceiling | programs/s | median queue_ms |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+          "| its ceiling | programs/s | median queue_ms | median elapsed_ms |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for row in rows:
-        queue = "-" if row["queue_median_ms"] is None else f"{row['queue_median_ms']:.2f}"
+        queue, elapsed = ("-" if row[key] is None else f"{row[key]:.2f}"
+                          for key in ("queue_median_ms", "elapsed_median_ms"))
         parent = row["worker_parent_ms"]
         ceiling = f"{1e3 / parent:.0f}/s" if parent > 0 else "-"
         print(f"| {row['label']} | {row['user_ms'] + row['system_ms']:.2f} ms | "
               f"{row['user_ms']:.2f} | {row['system_ms']:.2f} | {row['front_ms']:.2f} | "
-              f"{parent:.2f} | {ceiling} | {row['per_second']:.0f} | {queue} |")
+              f"{parent:.2f} | {ceiling} | {row['per_second']:.0f} | {queue} | {elapsed} |")
     print("the front, the worker parent: each one's own CPU per program, the rest of the tree's "
           "being the workers' (and their namespaces' inits); its ceiling: the programs a second "
           "that one thread of the worker parent, forking and reaping one worker per program, "

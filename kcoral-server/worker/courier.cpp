@@ -83,7 +83,9 @@ void Courier::loop(UniqueFd channel_fd) {
   Channel channel(std::move(channel_fd));
   bool open = true;
   while (true) {
-    pollfd fds[2] = {{wake_.get(), POLLIN, 0}, {channel.fd(), static_cast<short>(open ? POLLIN : 0), 0}};
+    // A closed channel leaves the poll: its hang-up would be reported at once on every call,
+    // whatever the events asked, and the thread would spin until the process exits.
+    pollfd fds[2] = {{wake_.get(), POLLIN, 0}, {open ? channel.fd() : -1, POLLIN, 0}};
     if (::poll(fds, 2, -1) < 0 && errno != EINTR) break;
     std::uint64_t count;
     while (::read(wake_.get(), &count, sizeof count) > 0) {

@@ -11,6 +11,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
+#include <ctime>
 #include <string>
 #include <thread>
 #include <vector>
@@ -166,6 +168,21 @@ TEST_CASE("once the front closes the channel, receive fails, and keeps failing")
   CHECK(!s.courier->receive().has_value());
   CHECK(!s.courier->receive().has_value());
   CHECK(!s.courier->send(messages::Ready{}).has_value());
+}
+
+TEST_CASE("once the front closes the channel, the courier waits without spinning") {
+  // A worker goes on after its last answer (it exits, a reused one is retired): its
+  // courier must not poll the hung-up channel over and over meanwhile.
+  Started s = start();
+  s.front = kcoral::Channel();
+  CHECK(!s.courier->receive().has_value());  // the courier has seen the hang-up
+  timespec before{}, after{};
+  REQUIRE(::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &before) == 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  REQUIRE(::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &after) == 0);
+  double cpu_ms = (after.tv_sec - before.tv_sec) * 1e3 + (after.tv_nsec - before.tv_nsec) / 1e6;
+  CHECK_MESSAGE(cpu_ms < 30, "the courier used " << cpu_ms << " ms of CPU in 300 ms");
+  CHECK(!s.courier->send(messages::Ready{}).has_value());  // and still answers
 }
 
 }  // TEST_SUITE
