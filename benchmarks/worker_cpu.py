@@ -2,27 +2,26 @@
 """CPU that one program costs a CPU server, fresh workers against reused ones.
 
 For each server (ours with its defaults, a fresh sandboxed worker per program, then each
-``--variant LABEL=FLAGS``: by default reused workers), two runs of the same load: clients
-(``--clients`` threads, each with its own Client) send the trivial program of
-roundtrip.py back to back, ``--short`` programs in all in the first run and ``--long`` in
-the second. The server is this process's child, and each of its processes waits for its
-own children, so ``getrusage(RUSAGE_CHILDREN)`` taken around a run is the CPU of the whole
-server tree: the front, the worker parent, the workers and their namespaces' init. The
-difference between the two runs, divided by the difference in programs, is the CPU per
-program with the server's start and stop taken out. The clients' CPU is this process's
-own and not in it; nor is what the kernel does later on its own threads (a network
-namespace's teardown).
+``--variant LABEL=FLAGS``: by default reused workers): clients (``--clients`` threads,
+each with its own Client) send the trivial program of roundtrip.py back to back,
+``--warmup`` programs in all and then ``--programs`` more, the measured window. Around the
+window the benchmark reads from /proc the CPU of the front, of the worker parent, and of
+the workers and their namespaces' inits that the worker parent has reaped (each process of
+the server waits for its own children, so a reaped worker's CPU, and its orphans', lands
+in its parent's count). The server's start (which preloads torch, where there is one) and
+its stop are outside the window. The clients' CPU is not in it; nor is what the kernel
+does later on its own threads (a network namespace's teardown), nor a worker that exits
+between the two reads of one snapshot.
 
     .venv/bin/python benchmarks/worker_cpu.py
     .venv/bin/python benchmarks/worker_cpu.py --variant "unsandboxed=--sandbox none"
 
-Prints a row per server: CPU per program (user and system), the front's and the worker
-parent's own shares of it (read from /proc at the end of each load, differenced the same
-way), programs per second in the long run, and its median ``queue_ms`` and ``elapsed_ms``
-(the worker's time, which a fresh worker's first program shows). The worker parent
-forks and reaps every fresh worker on one thread, so 1000 ms over its share is a ceiling
-on fresh programs per second however many cores the server has. Goal (issue: CPU workers
-cheaper): a fresh worker at most 4 ms of CPU per program.
+Prints a row per server: CPU per program, of it the front's, the worker parent's and the
+workers', programs per second in the window, and its median ``queue_ms`` and
+``elapsed_ms`` (the worker's time, which a fresh worker's first program shows). The worker
+parent forks and reaps every fresh worker on one thread, so 1000 ms over its share is a
+ceiling on fresh programs per second however many cores the server has. Goal (issue: CPU
+workers cheaper): a fresh worker at most 4 ms of CPU per program.
 """
 
 from __future__ import annotations
@@ -30,7 +29,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import resource
 import shlex
 import statistics
 import sys
@@ -45,11 +43,6 @@ import kcoral
 from roundtrip import _client, start_ours, stop, trivial_program
 
 REPOSITORY = Path(__file__).resolve().parent.parent
-
-
-def _tree_cpu() -> tuple[float, float]:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime, usage.ru_stime
 
 
 def _load(url: str, programs: int,
@@ -92,10 +85,11 @@ def _load(url: str, programs: int,
     return time.perf_counter() - start, queue_ms, elapsed_ms, failures
 
 
-def _own_cpu(pid: int) -> float:
-    """Seconds of CPU that process `pid` has used itself (its threads, not its children)."""
+def _cpu(pid: int) -> tuple[float, float]:
+    """Seconds of CPU of process `pid`: its own (its threads') and its reaped children's."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+    tick = os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) / tick, (int(fields[13]) + int(fields[14])) / tick
 
 
 def _children(pid: int) -> list[int]:
@@ -106,43 +100,42 @@ def _children(pid: int) -> list[int]:
     return children
 
 
-def _run(label: str, command: list[str], workers: int, programs: int, clients: int,
-         directory: Path) -> dict[str, Any]:
-    """One server's whole life under one load: the tree's CPU, start to exit, and the
-    front's and the worker parent's own (its only child that lives as long as it does),
-    start to the load's end."""
-    before = _tree_cpu()
-    server = start_ours(label, command, workers, directory)
-    front = server.process.pid
-    try:
-        wall, queue_ms, elapsed_ms, failures = _load(server.url, programs, clients)
-        front_cpu = _own_cpu(front)
-        parent_cpu = sum(_own_cpu(child) for child in _children(front))
-    finally:
-        stop(server)
-    after = _tree_cpu()
-    return {"user": after[0] - before[0], "system": after[1] - before[1], "wall": wall,
-            "front": front_cpu, "worker_parent": parent_cpu,
-            "queue_ms": queue_ms, "elapsed_ms": elapsed_ms, "failures": failures}
+def _tree(front: int) -> dict[str, float]:
+    """The CPU so far of the front, of the worker parent (its only child that lives as long
+    as it does) and of the workers, with their namespaces' inits: those the worker parent
+    has reaped and those alive (with what each of these has reaped)."""
+    front_own, _ = _cpu(front)
+    parent_own = workers = 0.0
+    for parent in _children(front):
+        own, reaped = _cpu(parent)
+        parent_own += own
+        workers += reaped
+        for worker in _children(parent):
+            with contextlib.suppress(OSError):  # reaped meanwhile: counted next time
+                workers += sum(_cpu(worker))
+    return {"front": front_own, "worker_parent": parent_own, "workers": workers}
 
 
 def measure(label: str, command: list[str], args: argparse.Namespace,
             directory: Path) -> dict[str, Any]:
-    short = _run(label, command, args.workers, args.short, args.clients,
-                 directory / f"{label}-short")
-    long = _run(label, command, args.workers, args.long, args.clients,
-                directory / f"{label}-long")
-    programs = args.long - args.short
+    """One server under load: `--warmup` programs, then `--programs` in the window measured."""
+    server = start_ours(label, command, args.workers, directory / label)
+    try:
+        _, _, _, failures = _load(server.url, args.warmup, args.clients)
+        before = _tree(server.process.pid)
+        wall, queue_ms, elapsed_ms, measured_failures = _load(server.url, args.programs, args.clients)
+        after = _tree(server.process.pid)
+    finally:
+        stop(server)
+    per_program = {key: (after[key] - before[key]) / args.programs * 1e3 for key in after}
     return {
         "label": label,
-        "user_ms": (long["user"] - short["user"]) / programs * 1e3,
-        "system_ms": (long["system"] - short["system"]) / programs * 1e3,
-        "front_ms": (long["front"] - short["front"]) / programs * 1e3,
-        "worker_parent_ms": (long["worker_parent"] - short["worker_parent"]) / programs * 1e3,
-        "per_second": args.long / long["wall"],
-        "queue_median_ms": statistics.median(long["queue_ms"]) if long["queue_ms"] else None,
-        "elapsed_median_ms": statistics.median(long["elapsed_ms"]) if long["elapsed_ms"] else None,
-        "failures": short["failures"] + long["failures"],
+        **{f"{key}_ms": value for key, value in per_program.items()},
+        "total_ms": sum(per_program.values()),
+        "per_second": args.programs / wall,
+        "queue_median_ms": statistics.median(queue_ms) if queue_ms else None,
+        "elapsed_median_ms": statistics.median(elapsed_ms) if elapsed_ms else None,
+        "failures": failures + measured_failures,
     }
 
 
@@ -155,11 +148,10 @@ def main() -> None:
                              "(repeatable; default: reused=--programs-per-worker 1000)")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--clients", type=int, default=4)
-    parser.add_argument("--short", type=int, default=100, help="programs in the first run")
-    parser.add_argument("--long", type=int, default=600, help="programs in the second run")
+    parser.add_argument("--warmup", type=int, default=100,
+                        help="programs before the measured ones")
+    parser.add_argument("--programs", type=int, default=1000, help="programs measured")
     args = parser.parse_args()
-    if args.long <= args.short:
-        parser.error("--long must be larger than --short")
     variants = args.variant or ["reused=--programs-per-worker 1000"]
     servers = [("fresh", [args.server])]
     for variant in variants:
@@ -172,21 +164,21 @@ def main() -> None:
             rows.append(measure(label, command, args, Path(directory)))
             print(f"measured {label}", file=sys.stderr, flush=True)
 
-    print(f"CPU of the server tree per program ({args.long} - {args.short} programs, "
+    print(f"CPU of the server tree per program ({args.programs} programs after {args.warmup}, "
           f"{args.clients} clients, {args.workers} workers)")
-    print("| server | CPU per program | user | system | the front | the worker parent "
+    print("| server | CPU per program | the front | the worker parent | the workers "
           "| its ceiling | programs/s | median queue_ms | median elapsed_ms |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for row in rows:
-        queue, elapsed = ("-" if row[key] is None else f"{row[key]:.2f}"
+        queue, elapsed = ("-" if row[key] is None else f"{row[key]:.3f}"
                           for key in ("queue_median_ms", "elapsed_median_ms"))
         parent = row["worker_parent_ms"]
         ceiling = f"{1e3 / parent:.0f}/s" if parent > 0 else "-"
-        print(f"| {row['label']} | {row['user_ms'] + row['system_ms']:.2f} ms | "
-              f"{row['user_ms']:.2f} | {row['system_ms']:.2f} | {row['front_ms']:.2f} | "
-              f"{parent:.2f} | {ceiling} | {row['per_second']:.0f} | {queue} | {elapsed} |")
-    print("the front, the worker parent: each one's own CPU per program, the rest of the tree's "
-          "being the workers' (and their namespaces' inits); its ceiling: the programs a second "
+        print(f"| {row['label']} | {row['total_ms']:.2f} ms | {row['front_ms']:.2f} | "
+              f"{parent:.2f} | {row['workers_ms']:.2f} | {ceiling} | {row['per_second']:.0f} | "
+              f"{queue} | {elapsed} |")
+    print("the front, the worker parent: each one's own CPU per program; the workers: theirs, "
+          "their namespaces' inits' and their orphans'; its ceiling: the programs a second "
           "that one thread of the worker parent, forking and reaping one worker per program, "
           "can serve")
     for row in rows:

@@ -189,7 +189,7 @@ if [[ ${1:-} == worker-cpu ]]; then
   log "benchmarks/worker_cpu.py on CPU servers of this machine's 16 cores"
   server=$root/build/gpu/kcoral-server/kcoral-server
   timeout 560 "$python" benchmarks/worker_cpu.py --server "$server" --workers 8 --clients 8 \
-    --short 300 --long 2300 ${WORKER_CPU_ARGS:-} \
+    --warmup 300 --programs 2000 ${WORKER_CPU_ARGS:-} \
     --variant "numpy-only=--preload numpy,kcoral.builtins,kcoral._native" \
     --variant "reused=--programs-per-worker 1000" 2>&1 | tee "$result/worker-cpu.md"
   exit 0
