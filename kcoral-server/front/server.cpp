@@ -109,11 +109,10 @@ std::unexpected<StartFailure> refuse(int exit_code, std::string message) {
   return std::unexpected(StartFailure{exit_code, std::move(message)});
 }
 
-// What the flags leave to the machine: worker and thread counts, the work root, the Python.
+// What the flags leave to the machine: the worker count, the work root, the Python.
 void fill_in_defaults(ServerConfig& config) {
   unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   if (config.num_workers == 0) config.num_workers = cores;
-  if (config.io_threads == 0) config.io_threads = std::clamp(cores, 2u, 8u);
   if (config.work_root.empty()) {
     const char* tmp = std::getenv("TMPDIR");
     config.work_root = std::string(tmp != nullptr && *tmp ? tmp : "/tmp") + "/kcoral-" + std::to_string(::getpid());
