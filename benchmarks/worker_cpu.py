@@ -173,7 +173,7 @@ def main() -> None:
         queue, elapsed = ("-" if row[key] is None else f"{row[key]:.3f}"
                           for key in ("queue_median_ms", "elapsed_median_ms"))
         parent = row["worker_parent_ms"]
-        ceiling = f"{1e3 / parent:.0f}/s" if parent > 0 else "-"
+        ceiling = f"{1e3 / parent:.0f}/s" if parent >= 0.05 else "-"  # reused: no forks
         print(f"| {row['label']} | {row['total_ms']:.2f} ms | {row['front_ms']:.2f} | "
               f"{parent:.2f} | {row['workers_ms']:.2f} | {ceiling} | {row['per_second']:.0f} | "
               f"{queue} | {elapsed} |")
