@@ -67,7 +67,8 @@ struct ServerConfig {
   // worker's) may wake another sleeping thread, and on an idle many-core machine each such
   // wake-up waits for a sleeping core. Measured on 16 cores, one client sending trivial
   // programs to reused workers: 8 threads 0.13 ms median queue_ms and 0.9 ms of the front's
-  // CPU a program; 2 threads 0.10 ms and 0.6 ms, with 8 clients as many programs a second.
+  // CPU a program; 2 threads 0.10 ms and 0.6 ms, and with 8 clients as many programs a
+  // second within those runs' noise (benchmarks/README.md, "Two I/O threads").
   // The front's own work per program (parsing, admitting, relaying) is small beside a
   // worker's; --io-threads raises it where that work is what limits a server.
   std::size_t io_threads = 2;
