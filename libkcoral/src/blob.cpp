@@ -157,6 +157,12 @@ Result<std::vector<Blob>> BlobBuilder::finish() {
   return parts;
 }
 
+Status Blob::copy_to(std::span<std::byte> out) const {
+  if (out.size() != size_) return fail(ErrorKind::engine, "copying a blob into a buffer of another size");
+  if (size_ == 0) return {};
+  return read_at(fd(), out, offset_);
+}
+
 std::string_view Blob::view() const {
   std::span<const std::byte> b = bytes();
   return {reinterpret_cast<const char*>(b.data()), b.size()};

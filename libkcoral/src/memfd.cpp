@@ -30,6 +30,18 @@ Status write_at(int fd, std::span<const std::byte> data, std::size_t offset) {
   return {};
 }
 
+Status read_at(int fd, std::span<std::byte> out, std::size_t offset) {
+  std::size_t done = 0;
+  while (done < out.size()) {
+    ssize_t n = ::pread(fd, out.data() + done, out.size() - done, static_cast<off_t>(offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return system_error("reading a blob");
+    if (n == 0) return fail(ErrorKind::engine, "a blob's file ends before the blob");
+    done += static_cast<std::size_t>(n);
+  }
+  return {};
+}
+
 Status seal_memfd(int fd) {
   if (::fcntl(fd, F_ADD_SEALS, kBlobSeals | F_SEAL_SEAL) != 0) return system_error("sealing a blob");
   return {};

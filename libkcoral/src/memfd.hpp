@@ -23,6 +23,11 @@ inline constexpr int kBlobSeals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE;
 // would fault.
 [[nodiscard]] Status write_at(int fd, std::span<const std::byte> data, std::size_t offset);
 
+// Reads all of `out` from `offset` of the file (pread): the kernel copies from the file's
+// pages, where copying from a mapping of it faults in each of its pages first. Fails if
+// the file ends before.
+[[nodiscard]] Status read_at(int fd, std::span<std::byte> out, std::size_t offset);
+
 // Adds kBlobSeals and F_SEAL_SEAL. Fails while any writable shared mapping of it exists.
 [[nodiscard]] Status seal_memfd(int fd);
 

@@ -231,9 +231,12 @@ void ProgramRun::execute(const Upload& upload) {
       }
       return;
     case UploadKind::bytes: {
-      std::string_view data = blob(upload.blob).view();
-      values_[upload.id] =
-          KCORAL_PY_CHECK(PyBytes_FromStringAndSize(data.data(), static_cast<Py_ssize_t>(data.size())));
+      const Blob& data = blob(upload.blob);
+      PyRef bytes = KCORAL_PY_CHECK(PyBytes_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(data.size())));
+      auto* start = reinterpret_cast<std::byte*>(PyBytes_AS_STRING(bytes.get()));
+      if (auto copied = data.copy_to({start, data.size()}); !copied)
+        throw InstructionFailure{ErrorKind::engine, copied.error().message, ""};
+      values_[upload.id] = std::move(bytes);
       return;
     }
     case UploadKind::tensor:

@@ -173,6 +173,23 @@ TEST_CASE("a slice shares its blob's memfd and keeps its own bounds") {
   CHECK(!blob.slice(1, ~std::size_t{0}).has_value());
 }
 
+TEST_CASE("copy_to reads a blob's own bytes, a slice's too, from its memfd, into a buffer of its size only") {
+  std::string text(3 * 4096 + 17, '\0');
+  for (std::size_t i = 0; i < text.size(); ++i) text[i] = static_cast<char>('a' + i % 26);
+  kcoral::Blob blob = blob_of(text);
+  std::string out(text.size(), '\0');
+  REQUIRE(blob.copy_to(std::as_writable_bytes(std::span(out))).has_value());
+  CHECK(out == text);
+  auto middle = blob.slice(4095, 4099);
+  REQUIRE(middle.has_value());
+  std::string part(middle->size(), '\0');
+  REQUIRE(middle->copy_to(std::as_writable_bytes(std::span(part))).has_value());
+  CHECK(part == text.substr(4095, 4099));
+  std::string wrong(middle->size() + 1, '\0');
+  CHECK(!middle->copy_to(std::as_writable_bytes(std::span(wrong))).has_value());
+  CHECK(kcoral::Blob().copy_to({}).has_value());
+}
+
 TEST_CASE("BlobBuilder puts every part, empty ones too, behind one sealed memfd, in order") {
   kcoral::BlobBuilder builder;
   CHECK(builder.finish()->empty());
