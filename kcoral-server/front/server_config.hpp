@@ -63,15 +63,7 @@ struct ServerConfig {
   std::uint64_t min_body_bytes_per_second = 16384;  // request bodies, and responses
   double body_rate_window_seconds = 10;
   double shutdown_grace_seconds = 30;
-  // Two, whatever the cores: every handler the threads share (a session's, the pool's, a
-  // worker's) may wake another sleeping thread, and on an idle many-core machine each such
-  // wake-up waits for a sleeping core. Measured on 16 cores, one client sending trivial
-  // programs to reused workers: 8 threads 0.13 ms median queue_ms and 0.9 ms of the front's
-  // CPU a program; 2 threads 0.10 ms and 0.6 ms, and with 8 clients as many programs a
-  // second within those runs' noise (benchmarks/README.md, "Two I/O threads").
-  // The front's own work per program (parsing, admitting, relaying) is small beside a
-  // worker's; --io-threads raises it where that work is what limits a server.
-  std::size_t io_threads = 2;
+  std::size_t io_threads = 0;  // 0: from the core count
   std::string work_root;       // empty: $TMPDIR/kcoral-<pid>
   // The Python that runs the worker parent and the workers, with kcoral's server side
   // installed. Empty: python3 beside this binary (the environment it was installed
