@@ -113,15 +113,16 @@ std::unexpected<StartFailure> refuse(int exit_code, std::string message) {
 void fill_in_defaults(ServerConfig& config) {
   unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   if (config.num_workers == 0) config.num_workers = cores;
-  // One a core, 2 to 8. Fewer answer a lightly loaded server sooner: each handler the
+  // One a core, 2 to 8. Two answer a lightly loaded server sooner: each handler the
   // threads share may wake another sleeping thread, and with idle cores that waits for a
   // sleeping core (16 cores, one client's trivial programs: 0.10 ms median queue_ms and
   // 0.6 ms of the front's CPU a program with 2 threads, 0.13 ms and 0.9 ms with 8;
-  // benchmarks/README.md, "The I/O threads"). But admission runs on these threads, and its
-  // long steps (a 256 MiB body's multipart scan, a blob loaded and hashed from the disk
-  // cache) would then hold all of them while others' requests wait: with 5 or more, one
-  // stays free however many of the largest bodies the in-flight limit lets in at once (4 by
-  // default). --io-threads 2 suits a server whose clients send small programs only.
+  // benchmarks/README.md, "The I/O threads"). But a request's admission runs on these
+  // threads, and two of its long steps at once (a 256 MiB body's multipart scan, a blob
+  // loaded and hashed from the disk cache) would hold both while others' requests wait;
+  // with 5 or more threads, one stays free however many of the largest bodies the
+  // in-flight limit lets in at once (4 by default). --io-threads 2 suits a server whose
+  // clients send small programs only.
   if (config.io_threads == 0) config.io_threads = std::clamp(cores, 2u, 8u);
   if (config.work_root.empty()) {
     const char* tmp = std::getenv("TMPDIR");
