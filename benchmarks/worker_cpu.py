@@ -45,10 +45,11 @@ from roundtrip import _client, start_ours, stop, trivial_program
 REPOSITORY = Path(__file__).resolve().parent.parent
 
 
-def _load(url: str, programs: int,
-          clients: int) -> tuple[float, list[float], list[float], list[str]]:
-    """Sends `programs` trivial programs from `clients` threads; the wall time, each
-    completed program's queue_ms and elapsed_ms, and what went wrong."""
+def _load(url: str, programs: int, clients: int,
+          pause: float = 0.0) -> tuple[float, list[float], list[float], list[str]]:
+    """Sends `programs` trivial programs from `clients` threads, each pausing `pause`
+    seconds after each answer; the wall time, each completed program's queue_ms and
+    elapsed_ms, and what went wrong."""
     program = trivial_program()
     remaining = [programs]
     lock = threading.Lock()
@@ -75,6 +76,8 @@ def _load(url: str, programs: int,
                         elapsed_ms.append(result.elapsed_ms)
                     else:
                         failures.append(f"{result.status}: {result.error}")
+                if pause:
+                    time.sleep(pause)
 
     threads = [threading.Thread(target=client_thread) for _ in range(clients)]
     start = time.perf_counter()
@@ -121,9 +124,11 @@ def measure(label: str, command: list[str], args: argparse.Namespace,
     """One server under load: `--warmup` programs, then `--programs` in the window measured."""
     server = start_ours(label, command, args.workers, directory / label)
     try:
-        _, _, _, failures = _load(server.url, args.warmup, args.clients)
+        pause = args.pause_ms / 1e3
+        _, _, _, failures = _load(server.url, args.warmup, args.clients, pause)
         before = _tree(server.process.pid)
-        wall, queue_ms, elapsed_ms, measured_failures = _load(server.url, args.programs, args.clients)
+        wall, queue_ms, elapsed_ms, measured_failures = _load(server.url, args.programs, args.clients,
+                                                              pause)
         after = _tree(server.process.pid)
     finally:
         stop(server)
@@ -151,6 +156,10 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=100,
                         help="programs before the measured ones")
     parser.add_argument("--programs", type=int, default=1000, help="programs measured")
+    parser.add_argument("--pause-ms", type=float, default=0.0,
+                        help="each client's pause after each answer: with a pause longer than a "
+                             "fresh worker's making, the server is idle when each program comes, "
+                             "as a server with idle cores is (its queue_ms then the front's own)")
     args = parser.parse_args()
     variants = args.variant or ["reused=--programs-per-worker 1000"]
     servers = [("fresh", [args.server])]
