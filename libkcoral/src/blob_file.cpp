@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
+#include <memory>
 #include <new>
 
 #include "memfd.hpp"
@@ -19,8 +21,13 @@ std::size_t page_rounded(std::size_t bytes) {
   return (bytes + page - 1) / page * page;
 }
 
-// Where a file's mapping starts: small enough for an empty-ish body, then doubled.
+// Where a body's room starts: small enough for an empty-ish body, then doubled.
 constexpr std::size_t kFirstMapping = std::size_t{64} << 10;
+// Bodies up to this size are held in memory, and a memfd is made only for the blobs they
+// keep: a trivial program's request needs none, and making, mapping, unmapping and closing
+// one (the unmapping flushing the TLBs of the front's other threads) took about 45% of its
+// admission on an idle server (benchmarks/README.md, "A spinning courier").
+constexpr std::size_t kInMemoryBytes = kFirstMapping;
 
 // Zeroes [offset, offset + size) of the file and frees the pages it covers whole.
 Status punch(int fd, std::size_t offset, std::size_t size) {
@@ -37,6 +44,7 @@ BlobFile& BlobFile::operator=(BlobFile&& other) noexcept {
   if (this != &other) {
     release();
     fd_ = std::move(other.fd_);
+    memory_ = std::move(other.memory_);
     data_ = std::exchange(other.data_, nullptr);
     size_ = std::exchange(other.size_, 0);
     capacity_ = std::exchange(other.capacity_, 0);
@@ -47,7 +55,8 @@ BlobFile& BlobFile::operator=(BlobFile&& other) noexcept {
 BlobFile::~BlobFile() { release(); }
 
 void BlobFile::release() {
-  if (data_ != nullptr) ::munmap(data_, capacity_);
+  if (memory_) memory_.reset();
+  else if (data_ != nullptr) ::munmap(data_, capacity_);
   data_ = nullptr;
   size_ = 0;
   capacity_ = 0;
@@ -64,11 +73,32 @@ Status BlobFile::make_file() {
 
 bool BlobFile::reserve(std::size_t bytes) {
   if (bytes <= capacity_) return true;
-  if (!make_file()) return false;
   std::size_t capacity = page_rounded(bytes);
+  if (!fd_ && capacity <= kInMemoryBytes) {
+    std::unique_ptr<char[]> memory(new (std::nothrow) char[capacity]);
+    if (!memory) return false;
+    if (size_ > 0) std::memcpy(memory.get(), data_, size_);
+    memory_ = std::move(memory);
+    data_ = memory_.get();
+    capacity_ = capacity;
+    return true;
+  }
+  if (!make_file()) return false;
   // The file grows first, then its mapping over it: the pages are the file's, allocated
   // only as they are written.
   if (::ftruncate(fd_.get(), static_cast<off_t>(capacity)) != 0) return false;
+  if (memory_) {  // out of memory into the file: what the memory held is written there first
+    void* mapped = ::mmap(nullptr, capacity, PROT_READ, MAP_SHARED, fd_.get(), 0);
+    if (mapped == MAP_FAILED) return false;
+    if (!write_at(fd_.get(), std::as_bytes(std::span(data_, size_)), 0)) {
+      ::munmap(mapped, capacity);
+      return false;
+    }
+    memory_.reset();
+    data_ = static_cast<char*>(mapped);
+    capacity_ = capacity;
+    return true;
+  }
   void* mapped = data_ == nullptr ? ::mmap(nullptr, capacity, PROT_READ, MAP_SHARED, fd_.get(), 0)
                                   : ::mremap(data_, capacity_, capacity, MREMAP_MAYMOVE);
   if (mapped == MAP_FAILED) {
@@ -88,8 +118,9 @@ bool BlobFile::append(std::string_view bytes) {
     if (wanted < size_) return false;  // overflow
     if (!reserve(std::max({wanted, 2 * capacity_, kFirstMapping}))) return false;
   }
-  // Written by pwrite, read through the mapping: half the cost of copying into the mapping.
-  if (!write_at(fd_.get(), std::as_bytes(std::span(bytes)), size_)) return false;
+  // Into a file by pwrite, read through the mapping: half the cost of copying into the mapping.
+  if (memory_) std::memcpy(data_ + size_, bytes.data(), bytes.size());
+  else if (!write_at(fd_.get(), std::as_bytes(std::span(bytes)), size_)) return false;
   size_ += bytes.size();
   return true;
 }
@@ -104,19 +135,31 @@ Result<std::vector<Blob>> BlobFile::keep(std::span<const Range> ranges) {
   BlobFile file = std::move(*this);  // empty afterwards, whatever happens
   std::vector<Blob> blobs;
   if (ranges.empty()) return blobs;
-  KCORAL_TRY(file.make_file());  // none yet when nothing was written: empty ranges only
   std::size_t end = 0;
   for (const Range& range : ranges) {
     if (range.offset < end || range.size > file.size_ || range.offset > file.size_ - range.size)
       return fail(ErrorKind::engine, "blob ranges out of order or outside the request");
-    KCORAL_TRY(punch(file.fd_.get(), end, range.offset - end));
     end = range.offset + range.size;
   }
-  // The file ends with the last range, mapped again at that size.
-  if (file.data_ != nullptr) ::munmap(file.data_, file.capacity_);
-  file.data_ = nullptr;
-  file.capacity_ = 0;
-  if (::ftruncate(file.fd_.get(), static_cast<off_t>(end)) != 0) return system_error("cutting a request's memfd");
+  if (file.memory_ || !file.fd_) {
+    // Held in memory (or never written): a new file with the ranges at their offsets, the
+    // rest of it holes, which read as zeros.
+    KCORAL_TRY(file.make_file());
+    if (::ftruncate(file.fd_.get(), static_cast<off_t>(end)) != 0) return system_error("sizing a request's memfd");
+    for (const Range& range : ranges)
+      KCORAL_TRY(write_at(file.fd_.get(), std::as_bytes(std::span(file.data_ + range.offset, range.size)), range.offset));
+  } else {
+    std::size_t kept_to = 0;
+    for (const Range& range : ranges) {
+      KCORAL_TRY(punch(file.fd_.get(), kept_to, range.offset - kept_to));
+      kept_to = range.offset + range.size;
+    }
+    // The file ends with the last range, mapped again at that size.
+    if (file.data_ != nullptr) ::munmap(file.data_, file.capacity_);
+    file.data_ = nullptr;
+    file.capacity_ = 0;
+    if (::ftruncate(file.fd_.get(), static_cast<off_t>(end)) != 0) return system_error("cutting a request's memfd");
+  }
   KCORAL_TRY(seal_memfd(file.fd_.get()));
   auto whole = Blob::map(std::move(file.fd_), end, ranges.size());
   if (!whole) return std::unexpected(whole.error());

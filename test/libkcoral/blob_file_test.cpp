@@ -145,6 +145,38 @@ TEST_CASE("keep: no ranges gives no blobs; ranges out of order or outside the by
   }
 }
 
+TEST_CASE("a small body is held in memory, with no memfd, until it grows past 64 KiB, keeping its bytes") {
+  kcoral::BlobFile body;
+  std::string expected;
+  while (expected.size() < (std::size_t{64} << 10)) {
+    std::string step = std::to_string(expected.size()) + "|";
+    REQUIRE(body.append(step));
+    expected += step;
+    if (expected.size() <= (std::size_t{64} << 10)) CHECK(body.fd() == -1);
+  }
+  REQUIRE(body.append(std::string(5000, 'z')));
+  expected += std::string(5000, 'z');
+  CHECK(body.fd() >= 0);
+  CHECK(body.view() == expected);
+  kcoral::BlobFile declared;  // a declared length past it: the file at once
+  REQUIRE(declared.reserve((std::size_t{64} << 10) + 1));
+  CHECK(declared.fd() >= 0);
+}
+
+TEST_CASE("keep of a body past 64 KiB, in its memfd: the same blobs, zeros and freed pages around them") {
+  const std::size_t page = 4096;
+  const std::string head(20 * page + 100, 'h'), blob(3 * page, 'B'), tail(50 * page, 't');
+  kcoral::BlobFile body;
+  REQUIRE(body.append(head + blob + tail));
+  REQUIRE(body.fd() >= 0);
+  auto blobs = body.keep(std::vector<Range>{{head.size(), blob.size()}});
+  REQUIRE_MESSAGE(blobs.has_value(), blobs.error().message);
+  REQUIRE(blobs->size() == 1);
+  CHECK(::lseek((*blobs)[0].fd(), 0, SEEK_DATA) == static_cast<off_t>(20 * page));
+  CHECK((*blobs)[0].view() == blob);
+  CHECK(whole_file((*blobs)[0]) == std::string(head.size(), '\0') + blob);
+}
+
 TEST_CASE("keep of a body never written (no file made yet) gives empty blobs for empty ranges") {
   kcoral::BlobFile body;
   auto blobs = body.keep(std::vector<Range>{{0, 0}, {0, 0}});

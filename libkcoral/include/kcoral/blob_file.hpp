@@ -3,7 +3,8 @@
 //
 // A request body is received straight into a memfd, written with pwrite and read through
 // a mapping, both grown in place (ftruncate and mremap: never copied, so a body costs what
-// it holds, however it arrives). Once the body is read, its blob parts are kept: every byte outside them is
+// it holds, however it arrives). Up to 64 KiB it is held in memory instead, and a memfd
+// made only for the blobs it keeps, their bytes written into it at their offsets. Once the body is read, its blob parts are kept: every byte outside them is
 // zeroed and its pages freed, the file is sealed, and each part becomes a Blob that is a
 // slice of it. The server then hands that one descriptor to the worker without having
 // copied the upload a second time, and the worker can read the blobs and nothing else of
@@ -17,6 +18,7 @@
 #pragma once
 
 #include <cstddef>
+#include <memory>
 #include <span>
 #include <string_view>
 #include <utility>
@@ -41,6 +43,7 @@ class BlobFile {
   BlobFile& operator=(const BlobFile&) = delete;
   BlobFile(BlobFile&& other) noexcept
       : fd_(std::move(other.fd_)),
+        memory_(std::move(other.memory_)),
         data_(std::exchange(other.data_, nullptr)),
         size_(std::exchange(other.size_, 0)),
         capacity_(std::exchange(other.capacity_, 0)) {}
@@ -57,8 +60,8 @@ class BlobFile {
   [[nodiscard]] const char* data() const { return data_; }
   [[nodiscard]] std::size_t size() const { return size_; }
   [[nodiscard]] std::size_t capacity() const { return capacity_; }
-  // The memory file (-1 before the first reserve or append), for a reader of its own; it
-  // stays the BlobFile's.
+  // The memory file, for a reader of its own; it stays the BlobFile's. -1 while the bytes
+  // are held in memory: a body is, up to 64 KiB (reserve() of more makes the file).
   [[nodiscard]] int fd() const { return fd_.get(); }
   [[nodiscard]] std::string_view view() const { return {data_, size_}; }
   operator std::string_view() const { return view(); }  // NOLINT: reads as the bytes it holds
@@ -73,7 +76,8 @@ class BlobFile {
   [[nodiscard]] Status make_file();  // the memfd, made on first need
 
   UniqueFd fd_;
-  char* data_ = nullptr;
+  std::unique_ptr<char[]> memory_;  // a small body's bytes, until it grows past them
+  char* data_ = nullptr;            // memory_'s, or the file's mapping
   std::size_t size_ = 0;
   std::size_t capacity_ = 0;
 };
