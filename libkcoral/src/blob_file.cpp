@@ -25,8 +25,8 @@ std::size_t page_rounded(std::size_t bytes) {
 constexpr std::size_t kFirstMapping = std::size_t{64} << 10;
 // Bodies up to this size are held in memory, and a memfd is made only for the blobs they
 // keep: a trivial program's request needs none, and making, mapping, unmapping and closing
-// one (the unmapping flushing the TLBs of the front's other threads) took about 45% of its
-// admission on an idle server (benchmarks/README.md, "A spinning courier").
+// one (the unmapping flushing the TLBs of the front's other threads) took about 40% of its
+// admission on an idle server (benchmarks/README.md, "A spinning courier": an idle server).
 constexpr std::size_t kInMemoryBytes = kFirstMapping;
 
 // Zeroes [offset, offset + size) of the file and frees the pages it covers whole.
