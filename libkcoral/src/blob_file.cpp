@@ -146,8 +146,10 @@ Result<std::vector<Blob>> BlobFile::keep(std::span<const Range> ranges) {
     // rest of it holes, which read as zeros.
     KCORAL_TRY(file.make_file());
     if (::ftruncate(file.fd_.get(), static_cast<off_t>(end)) != 0) return system_error("sizing a request's memfd");
-    for (const Range& range : ranges)
-      KCORAL_TRY(write_at(file.fd_.get(), std::as_bytes(std::span(file.data_ + range.offset, range.size)), range.offset));
+    for (const Range& range : ranges) {
+      auto bytes = std::as_bytes(std::span(file.data_ + range.offset, range.size));
+      KCORAL_TRY(write_at(file.fd_.get(), bytes, range.offset));
+    }
   } else {
     std::size_t kept_to = 0;
     for (const Range& range : ranges) {

@@ -3,12 +3,14 @@
 //
 // A request body is received straight into a memfd, written with pwrite and read through
 // a mapping, both grown in place (ftruncate and mremap: never copied, so a body costs what
-// it holds, however it arrives). Up to 64 KiB it is held in memory instead, and a memfd
-// made only for the blobs it keeps, their bytes written into it at their offsets. Once the body is read, its blob parts are kept: every byte outside them is
-// zeroed and its pages freed, the file is sealed, and each part becomes a Blob that is a
-// slice of it. The server then hands that one descriptor to the worker without having
-// copied the upload a second time, and the worker can read the blobs and nothing else of
-// the request (its framing and its program text are zeros by then).
+// it holds, however it arrives). Once the body is read, its blob parts are kept: every
+// byte outside them is zeroed and its pages freed, the file is sealed, and each part
+// becomes a Blob that is a slice of it. The server then hands that one descriptor to the
+// worker without having copied the upload a second time, and the worker can read the
+// blobs and nothing else of the request (its framing and its program text are zeros by
+// then). A body of up to 64 KiB is held in memory instead, and a memfd made only for the
+// blobs it keeps, each written at its offset and the rest of the file holes: the same
+// file as the worker sees it, without a memfd for a body that keeps no blob.
 //
 //   kcoral::BlobFile body;
 //   body.append(bytes);                                   // as they arrive; false: no memory
