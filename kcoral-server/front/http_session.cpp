@@ -2,7 +2,9 @@
 #include "http_session.hpp"
 
 #include <boost/asio/dispatch.hpp>
+#include <boost/asio/execution/outstanding_work.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/prefer.hpp>
 #include <cerrno>
 
 #include "kcoral/request_id.hpp"
@@ -289,17 +291,52 @@ void HttpSession::on_body(beast::error_code ec, std::size_t bytes) {
   read_body();
 }
 
+// A step whose time grows with what the client or its worker sent runs on the long-step
+// threads (ServerState::long_steps), so that it never holds an I/O thread, which every
+// connection shares; `then` goes on with its result on this session's strand. Meanwhile
+// the step counts as a response pending, which a shutdown waits for, and keeps the I/O
+// running. A short step runs here, at once.
+template <class Step, class Then>
+void HttpSession::run_step(bool takes_long, Step step, Then then) {
+  if (!takes_long || state_.long_steps == nullptr) return then(step());
+  ++state_.responses_pending;
+  auto home = boost::asio::prefer(stream_.get_executor(), boost::asio::execution::outstanding_work.tracked);
+  boost::asio::post(*state_.long_steps, [self = shared_from_this(), home, step = std::move(step),
+                                         then = std::move(then)]() mutable {
+    auto result = step();
+    boost::asio::post(home, [self, result = std::move(result), then = std::move(then)]() mutable {
+      --self->state_.responses_pending;
+      then(std::move(result));
+    });
+  });
+}
+
 void HttpSession::handle(HttpRequest request) {
   // Copies the blob store makes for this program are this request's bytes too.
-  RouteResult routed = route(request, state_, peer_, [this](std::uint64_t bytes) {
+  auto copies = [this](std::uint64_t bytes) {
     if (held_.grow_to(held_.held() + bytes)) return true;
     state_.metrics.record(held_.tenant_refused() ? Metrics::Guard::tenant_inflight_full
                                                  : Metrics::Guard::inflight_full);
     return false;
-  });
-  if (routed.response) return write(std::move(*routed.response));
+  };
+  bool takes_long = admission_takes_long(request);
   unsigned version = request.version();
   bool keep_alive = request.keep_alive();
+  run_step(
+      takes_long,
+      [this, request = std::move(request), copies, takes_long]() mutable {
+        RouteResult routed = route(request, state_, peer_, copies);
+        return routed.rest && takes_long ? routed.rest() : std::move(routed);  // on a long-step thread already
+      },
+      [this, version, keep_alive](RouteResult routed) { on_routed(version, keep_alive, std::move(routed)); });
+}
+
+void HttpSession::on_routed(unsigned version, bool keep_alive, RouteResult routed) {
+  if (routed.rest)
+    return run_step(true, std::move(routed.rest), [this, version, keep_alive](RouteResult routed) {
+      on_routed(version, keep_alive, std::move(routed));
+    });
+  if (routed.response) return write(std::move(*routed.response));
   std::shared_ptr<ExecuteJob> job = routed.job;
   stream_.expires_never();  // the program may run for its whole timeout
   answering_job_ = true;
@@ -318,8 +355,14 @@ void HttpSession::handle(HttpRequest request) {
         --self->state_.responses_pending;
         return self->close();
       }
-      self->answer_job(finish_execute(*job, std::move(outcome), self->state_, version,
-                                      keep_alive && !self->state_.stopping));
+      bool takes_long = answer_takes_long(outcome);
+      self->run_step(
+          takes_long,
+          [self, job, outcome = std::move(outcome), version, keep_alive]() mutable {
+            return finish_execute(*job, std::move(outcome), self->state_, version,
+                                  keep_alive && !self->state_.stopping);
+          },
+          [self](HttpResponse response) { self->answer_job(std::move(response)); });
     });
   };
   state_.pool.submit(std::move(job));

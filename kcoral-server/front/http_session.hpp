@@ -59,6 +59,9 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   [[nodiscard]] bool reserve_body();
   [[nodiscard]] Error inflight_full();
   void handle(HttpRequest request);
+  template <class Step, class Then>
+  void run_step(bool takes_long, Step step, Then then);
+  void on_routed(unsigned version, bool keep_alive, RouteResult routed);
   void watch_client();
   void on_watch(boost::beast::error_code ec, std::size_t bytes);
   void answer_job(HttpResponse response);

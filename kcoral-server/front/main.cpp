@@ -103,7 +103,7 @@ int main(int argc, char** argv) {
                  "Disk for --disk-cache-dir (least recently used first)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  app.add_option("--io-threads", config.io_threads, "Threads serving HTTP; 0 = from the core count")
+  app.add_option("--io-threads", config.io_threads, "Threads serving HTTP; 0 = 2 (steps that take long run on threads of their own)")
       ->capture_default_str();
   app.add_option("--work-root", config.work_root,
                  "Directory for programs' working directories (default: $TMPDIR/kcoral-<pid>)");

@@ -101,46 +101,67 @@ HttpResponse health(const HttpRequest& request, ServerState& state, const std::s
                        request.version(), request.keep_alive() && !state.stopping);
 }
 
+// What an /execute's answer and records need of its request once its body is parsed.
+struct ExecuteRequestInfo {
+  std::string request_id;
+  std::string client;
+  std::optional<std::size_t> tenant;  // none only for a request refused for it
+  Clock::time_point received;
+  std::uint64_t request_bytes = 0;  // admission keeps the blobs, empties the body
+  unsigned version = 11;
+  bool keep_alive = false;
+};
+
+RouteResult answer_now(const ExecuteRequestInfo& info, ServerState& state, const EncodedResponse& encoded,
+                       ResponseStatus status, const Error* error, const Program* program) {
+  record_execute(state, {info.request_id, info.client, encoded.http_status, status, {},
+                         error ? std::optional(error->kind) : std::nullopt, error ? error->message : "", program, {},
+                         std::chrono::duration<double>(Clock::now() - info.received).count(), info.request_bytes,
+                         encoded.body.size(), info.tenant});
+  return RouteResult{make_response(encoded, info.request_id, info.version, info.keep_alive && !state.stopping),
+                     nullptr};
+}
+
+// The parsed request's blobs resolved: the job to run, or the answer to give now.
+RouteResult admit(ExecuteRequestInfo info, ServerState& state, ExecuteRequest parsed,
+                  const BlobStore::CopyBudget& copies) {
+  auto admitted = admit_parsed(info.request_id, std::move(parsed), state.blobs, state.tenants.name(*info.tenant),
+                               state.execute, copies);
+  if (auto* now = std::get_if<ExecuteAnswer>(&admitted))
+    return answer_now(info, state, now->response, now->status, now->error ? &*now->error : nullptr,
+                      now->program ? &*now->program : nullptr);
+  auto job = std::make_shared<ExecuteJob>();
+  job->request_id = std::move(info.request_id);
+  job->tenant = *info.tenant;
+  job->client = std::move(info.client);
+  job->request_bytes = info.request_bytes;
+  job->admitted = std::move(std::get<AdmittedRequest>(admitted));
+  job->received = info.received;
+  return {std::nullopt, std::move(job)};
+}
+
 RouteResult execute(HttpRequest& request, ServerState& state, std::string request_id, std::string_view client,
                     const BlobStore::CopyBudget& copies) {
-  Clock::time_point received = Clock::now();
-  const std::size_t request_bytes = request.body().bytes.size();  // admission keeps the blobs, empties the body
   // The session let the request through on its token, so it has a tenant; should it not,
   // nothing runs (and no blob is stored) without one.
-  std::optional<std::size_t> tenant = tenant_of(request, state);
-  auto answer = [&](const EncodedResponse& encoded, ResponseStatus status, const Error* error,
-                    const Program* program) {
-    record_execute(state, {request_id, client, encoded.http_status, status, {},
-                           error ? std::optional(error->kind) : std::nullopt, error ? error->message : "", program,
-                           {}, std::chrono::duration<double>(Clock::now() - received).count(),
-                           request_bytes, encoded.body.size(), tenant});
-    return RouteResult{make_response(encoded, request_id, request.version(),
-                                     request.keep_alive() && !state.stopping),
-                       nullptr};
+  ExecuteRequestInfo info{std::move(request_id), std::string(client), tenant_of(request, state), Clock::now(),
+                          request.body().bytes.size(), request.version(), request.keep_alive()};
+  auto refuse = [&](const Error& error) {
+    return answer_now(info, state, encode_error(info.request_id, error), ResponseStatus::error, &error, nullptr);
   };
-  if (!tenant) {
-    Error refused = *check_access(request, state);
-    return answer(encode_error(request_id, refused), ResponseStatus::error, &refused, nullptr);
-  }
-  if (state.stopping) {
-    Error busy{ErrorKind::busy, "the server is shutting down"};
-    return answer(encode_error(request_id, busy), ResponseStatus::error, &busy, nullptr);
-  }
+  if (!info.tenant) return refuse(*check_access(request, state));
+  if (state.stopping) return refuse({ErrorKind::busy, "the server is shutting down"});
   auto content_type = request[http::field::content_type];
-  auto admitted = admit_execute(request_id, {content_type.data(), content_type.size()}, request.body(), state.blobs,
-                                state.tenants.name(*tenant), state.execute, copies);
-  if (auto* now = std::get_if<ExecuteAnswer>(&admitted))
-    return answer(now->response, now->status, now->error ? &*now->error : nullptr, now->program ? &*now->program : nullptr);
-
-  auto& admitted_request = std::get<AdmittedRequest>(admitted);
-  auto job = std::make_shared<ExecuteJob>();
-  job->request_id = std::move(request_id);
-  job->tenant = *tenant;
-  job->client = std::string(client);
-  job->request_bytes = request_bytes;
-  job->admitted = std::move(admitted_request);
-  job->received = received;
-  return {std::nullopt, std::move(job)};
+  auto parsed = parse_execute_request({content_type.data(), content_type.size()}, request.body(), {});
+  if (!parsed) return refuse(parsed.error());
+  // Blobs loaded from the disk or copied for this program: the rest of its admission takes
+  // as long as they are large.
+  if (state.blobs.bytes_to_make(state.tenants.name(*info.tenant), parsed->program, parsed->blobs) >= kLongStepBytes)
+    return {std::nullopt, nullptr,
+            [info = std::move(info), &state, parsed = std::move(*parsed), copies]() mutable {
+              return admit(std::move(info), state, std::move(parsed), copies);
+            }};
+  return admit(std::move(info), state, std::move(*parsed), copies);
 }
 
 }  // namespace
@@ -180,6 +201,15 @@ RouteResult route(HttpRequest& request, ServerState& state, std::string_view cli
                                                     " (POST /execute, GET /health, GET /metrics)"},
                          version, keep_alive, request_id),
           nullptr};
+}
+
+bool admission_takes_long(const HttpRequest& request) { return request.body().bytes.size() >= kLongStepBytes; }
+
+bool answer_takes_long(const JobOutcome& outcome) {
+  if (!outcome.result) return false;
+  const ProgramResult& result = *outcome.result;
+  return result.results_json.size() + result.stdout_output.text.size() + result.stderr_output.text.size() >=
+         kLongStepBytes;
 }
 
 HttpResponse finish_execute(const ExecuteJob& job, JobOutcome outcome, ServerState& state,

@@ -5,6 +5,8 @@
 #pragma once
 
 #include <atomic>
+#include <boost/asio/thread_pool.hpp>
+#include <functional>
 #include <boost/beast/http.hpp>
 #include <memory>
 #include <optional>
@@ -63,11 +65,15 @@ struct ServerState {
   ExecuteSettings execute{config.default_timeout_seconds, config.max_timeout_seconds,
                           config.default_output_limit_bytes, config.max_output_limit_bytes,
                           config.max_response_bytes};
+  // Where a request's steps that may take long run (admission_takes_long,
+  // answer_takes_long), never on the I/O threads; null: where they are asked for.
+  boost::asio::thread_pool* long_steps = nullptr;
 };
 
 struct RouteResult {
   std::optional<HttpResponse> response;  // answer now, or
-  std::shared_ptr<ExecuteJob> job;       // run this and answer with finish_execute
+  std::shared_ptr<ExecuteJob> job;       // run this and answer with finish_execute, or
+  std::move_only_function<RouteResult()> rest = {};  // run this long step for one of the two
 };
 
 // `request`'s body is emptied by POST /execute, whose blobs are kept where they arrived
@@ -124,6 +130,15 @@ void record_start_failure(EventLog* log, const StartFailureRecord& record);
 // constant time); on a server without tokens, its one tenant whatever the header says.
 [[nodiscard]] std::optional<std::size_t> tenant_of(const boost::beast::http::request_header<>& header,
                                                    const ServerState& state);
+// Steps of a request whose time grows with what its client or its worker sent, which the
+// session hands to ServerState::long_steps: admitting a body from kLongStepBytes (its
+// multipart scan, the wait for its parts' hashes, its blobs' copies); the rest of an
+// admission that loads that much from the disk cache (hashed again: a quarter of a second
+// for 256 MiB) or copies it (RouteResult::rest); encoding an answer whose text is that
+// large (its returned values, its output).
+inline constexpr std::uint64_t kLongStepBytes = std::uint64_t{1} << 20;
+[[nodiscard]] bool admission_takes_long(const HttpRequest& request);
+[[nodiscard]] bool answer_takes_long(const JobOutcome& outcome);
 [[nodiscard]] HttpResponse finish_execute(const ExecuteJob& job, JobOutcome outcome,
                                           ServerState& state, unsigned http_version, bool keep_alive);
 // An error response outside a program (malformed HTTP, too large, …).

@@ -11,6 +11,7 @@
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
+#include <boost/asio/thread_pool.hpp>
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -113,17 +114,13 @@ std::unexpected<StartFailure> refuse(int exit_code, std::string message) {
 void fill_in_defaults(ServerConfig& config) {
   unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   if (config.num_workers == 0) config.num_workers = cores;
-  // One a core, 2 to 8. Two answer a lightly loaded server sooner: each handler the
-  // threads share may wake another sleeping thread, and with idle cores that waits for a
-  // sleeping core (16 cores, one client's trivial programs: 0.10 ms median queue_ms and
-  // 0.6 ms of the front's CPU a program with 2 threads, 0.13 ms and 0.9 ms with 8;
-  // benchmarks/README.md, "The I/O threads"). But a request's admission runs on these
-  // threads, and two of its long steps at once (a 256 MiB body's multipart scan, a blob
-  // loaded and hashed from the disk cache) would hold both while others' requests wait;
-  // with 5 or more threads, one stays free however many of the largest bodies the
-  // in-flight limit lets in at once (4 by default). --io-threads 2 suits a server whose
-  // clients send small programs only.
-  if (config.io_threads == 0) config.io_threads = std::clamp(cores, 2u, 8u);
+  // Two: a lightly loaded server answers sooner with two than with one a core, since each
+  // handler the threads share may wake another sleeping thread, and with idle cores that
+  // waits for a sleeping core (16 cores, one client's trivial programs: 0.10 ms median
+  // queue_ms and 0.6 ms of the front's CPU a program with 2 threads, 0.13 ms and 0.9 ms with
+  // 8; benchmarks/README.md, "The I/O threads"). Nothing long runs on them: what takes as
+  // long as a client or a worker makes it runs on the long-step threads (run_server).
+  if (config.io_threads == 0) config.io_threads = 2;
   if (config.work_root.empty()) {
     const char* tmp = std::getenv("TMPDIR");
     config.work_root = std::string(tmp != nullptr && *tmp ? tmp : "/tmp") + "/kcoral-" + std::to_string(::getpid());
@@ -497,6 +494,12 @@ int run_server(ServerConfig config) {
   state.execute.max_gpus_per_program = state.gpu_count == 0 ? 0 : pool_config.max_gpus_per_program;
   state.event_log = logs->requests.get();
   state.anonymous_log = logs->anonymous.get();
+
+  // The steps of a request that grow with what its client or worker sent (router.hpp,
+  // kLongStepBytes). One a core, 2 to 4: as many as the in-flight limit lets the largest
+  // bodies in at once by default. Joined before `state` goes.
+  boost::asio::thread_pool long_steps(std::clamp(std::thread::hardware_concurrency(), 2u, 4u));
+  state.long_steps = &long_steps;
 
   if (auto started = pool.start(); !started) return fail_start({1, started.error().message});
   IoThreads threads(io, config.io_threads);

@@ -176,6 +176,31 @@ Result<BlobStore::Resolution> BlobStore::resolve(std::string_view tenant, const 
   return resolution;
 }
 
+std::uint64_t BlobStore::bytes_to_make(std::string_view tenant, const Program& program,
+                                       const BlobMap& supplied) const {
+  BlobMap found;
+  std::vector<std::string> elsewhere;
+  {
+    Key key{std::string(tenant), {}};
+    std::lock_guard lock(mutex_);
+    for (const std::string& digest : program.blobs()) {
+      key.digest = digest;
+      if (auto it = supplied.find(digest); it != supplied.end()) found.emplace(digest, it->second);
+      else if (auto entry = entries_.find(key); entry != entries_.end()) found.emplace(digest, entry->second.blob);
+      else elsewhere.push_back(digest);
+    }
+  }
+  std::uint64_t bytes = 0;
+  if (disk_ != nullptr)
+    for (const std::string& digest : elsewhere) bytes += disk_->size_of(tenant, digest).value_or(0);
+  // confine's copies (a blob read back from the disk has a memfd of its own).
+  std::unordered_map<int, std::size_t> used;
+  for (const auto& [digest, blob] : found) ++used[blob.fd()];
+  for (const auto& [digest, blob] : found)
+    if (used[blob.fd()] != blob.file_parts()) bytes += blob.size();
+  return bytes;
+}
+
 std::size_t BlobStore::size_bytes() const {
   std::lock_guard lock(mutex_);
   return size_bytes_;

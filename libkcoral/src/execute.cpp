@@ -23,18 +23,26 @@ std::variant<AdmittedRequest, ExecuteAnswer> admit_execute(std::string_view requ
                                                            ReceivedBody& body, BlobStore& store,
                                                            std::string_view tenant, const ExecuteSettings& settings,
                                                            const BlobStore::CopyBudget& copies) {
+  auto parsed = parse_execute_request(content_type, body, {});
+  if (!parsed) return ExecuteAnswer{encode_error(request_id, parsed.error()), ResponseStatus::error, parsed.error(),
+                                    std::nullopt};
+  return admit_parsed(request_id, std::move(*parsed), store, tenant, settings, copies);
+}
+
+std::variant<AdmittedRequest, ExecuteAnswer> admit_parsed(std::string_view request_id, ExecuteRequest parsed,
+                                                          BlobStore& store, std::string_view tenant,
+                                                          const ExecuteSettings& settings,
+                                                          const BlobStore::CopyBudget& copies) {
   auto error = [&](const Error& failure) {
     return ExecuteAnswer{encode_error(request_id, failure), ResponseStatus::error, failure, std::nullopt};
   };
-  auto parsed = parse_execute_request(content_type, body, {});
-  if (!parsed) return error(parsed.error());
-  auto resolved = store.resolve(tenant, parsed->program, std::move(parsed->blobs), copies);
+  auto resolved = store.resolve(tenant, parsed.program, std::move(parsed.blobs), copies);
   if (!resolved) return error(resolved.error());
   if (!resolved->missing.empty())
     return ExecuteAnswer{encode_cache_miss(request_id, resolved->missing), ResponseStatus::cache_miss, std::nullopt,
-                         std::move(parsed->program)};
+                         std::move(parsed.program)};
 
-  const ProgramOptions& options = parsed->program.options();
+  const ProgramOptions& options = parsed.program.options();
   if (auto refused = check_gpu_count(options, settings)) return error(*refused);
 
   AdmittedRequest request;
@@ -43,8 +51,8 @@ std::variant<AdmittedRequest, ExecuteAnswer> admit_execute(std::string_view requ
   request.output_limit_bytes = std::min(options.output_limit_bytes.value_or(settings.default_output_limit_bytes),
                                         settings.max_output_limit_bytes);
   request.max_binary_bytes = settings.max_response_bytes;
-  request.program_json = std::move(parsed->program_json);
-  request.program = std::move(parsed->program);
+  request.program_json = std::move(parsed.program_json);
+  request.program = std::move(parsed.program);
   request.blobs = std::move(resolved->blobs);
   request.pin = std::move(resolved->pin);
   return request;

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 #include "kcoral/blob_store.hpp"
 #include "kcoral/disk_blob_cache.hpp"
@@ -135,8 +136,18 @@ TEST_CASE("a BlobStore over a disk cache finds there what memory lost") {
     disk->flush();
   }
   kcoral::BlobStore second({1 << 20}, disk.get());  // a new process's empty memory
-  auto resolved = second.resolve("alice", program->program, {});
+  // What resolve will read back, said beforehand (a server does that step elsewhere), and
+  // then asked of the budget; for another tenant, nothing.
+  CHECK(second.bytes_to_make("alice", program->program, {}) == data.size());
+  CHECK(second.bytes_to_make("bob", program->program, {}) == 0);
+  std::vector<std::uint64_t> asked;
+  auto resolved = second.resolve("alice", program->program, {}, [&](std::uint64_t bytes) {
+    asked.push_back(bytes);
+    return true;
+  });
   REQUIRE(resolved.has_value());
+  CHECK(asked == std::vector<std::uint64_t>{data.size()});
+  CHECK(second.bytes_to_make("alice", program->program, {}) == 0);  // in memory now
   CHECK(resolved->missing.empty());
   CHECK(resolved->blobs.at(kcoral::sha256_hex(data)).view() == data);
   CHECK(second.count() == 1);

@@ -110,6 +110,11 @@ class BlobStore {
   // the server hold copies past its budget: `busy` when it refuses.
   [[nodiscard]] Result<Resolution> resolve(std::string_view tenant, const Program& program, BlobMap supplied,
                                            const CopyBudget& budget = {});
+  // The bytes resolve(tenant, program, supplied) would load from the disk or copy, as
+  // things stand now: what makes its time grow, for a caller that runs long steps
+  // elsewhere. Changes nothing; resolve may find it otherwise a moment later.
+  [[nodiscard]] std::uint64_t bytes_to_make(std::string_view tenant, const Program& program,
+                                            const BlobMap& supplied) const;
 
   [[nodiscard]] std::size_t size_bytes() const;  // of the distinct memfds held
   [[nodiscard]] std::size_t count() const;       // blobs

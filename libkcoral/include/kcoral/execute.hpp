@@ -69,6 +69,12 @@ struct ExecuteAnswer {
     std::string_view request_id, std::string_view content_type, ReceivedBody& body, BlobStore& store,
     std::string_view tenant, const ExecuteSettings& settings, const BlobStore::CopyBudget& copies = {});
 
+// admit_execute's second half, for a caller that parsed the body itself
+// (parse_execute_request): `parsed`'s blobs resolved, its limits set.
+[[nodiscard]] std::variant<AdmittedRequest, ExecuteAnswer> admit_parsed(
+    std::string_view request_id, ExecuteRequest parsed, BlobStore& store, std::string_view tenant,
+    const ExecuteSettings& settings, const BlobStore::CopyBudget& copies = {});
+
 // The response to a program's outcome: its result (COMPLETED or FAILED), or the request
 // error it ended with. A result whose returns would not fit the response (as the executor
 // reports it, or as encoded) is the request error response_too_large.

@@ -13,7 +13,10 @@
 // length in odd pieces, arrive whole and leave the next request's bytes to it; while a
 // program waits, a client that goes away has it taken from the queue, and one that sends
 // its next request has both answered in turn, and one that ends its side as the answer
-// comes gets it and the connection's end at once. Every session ends with its connection.
+// comes gets it and the connection's end at once. A body of megabytes, and a small request
+// naming a blob of megabytes on the disk cache, are admitted on the long-step threads
+// while the I/O serves other connections; a small request on the I/O thread, whatever
+// the long-step threads do. Every session ends with its connection.
 #include <doctest/doctest.h>
 
 #include <arpa/inet.h>
@@ -24,13 +27,17 @@
 
 #include <boost/asio/ip/tcp.hpp>
 #include <cctype>
+#include <boost/asio/thread_pool.hpp>
 #include <chrono>
+#include <future>
 #include <map>
 #include <thread>
 
 #include "http_session.hpp"
+#include "kcoral/disk_blob_cache.hpp"
 #include "kcoral/multipart.hpp"
 #include "kcoral/sha256.hpp"
+#include "libkcoral/temp_dir.hpp"
 #include "server_fixture.hpp"
 
 using namespace std::chrono_literals;
@@ -43,7 +50,9 @@ constexpr auto kWithin = 10s;  // the most any awaited condition may take
 // A server's state with the config given (set before the state reads it), an unstarted
 // pool (every program waits), and a listening socket on a free port of 127.0.0.1.
 struct Server {
-  explicit Server(kcoral::ServerConfig given = {}) : config(std::move(given)) {
+  // `disk`: a disk cache behind the blob store (outliving the server).
+  explicit Server(kcoral::ServerConfig given = {}, kcoral::DiskBlobCache* disk = nullptr)
+      : config(std::move(given)), blobs({1 << 20}, disk) {
     boost::asio::ip::tcp::endpoint endpoint(boost::asio::ip::make_address("127.0.0.1"), 0);
     acceptor.open(endpoint.protocol());
     acceptor.bind(endpoint);
@@ -57,7 +66,7 @@ struct Server {
 
   kcoral::ServerConfig config;
   kcoral::Tenants tenants;
-  kcoral::BlobStore blobs{1 << 20};
+  kcoral::BlobStore blobs;
   boost::asio::io_context io;
   kcoral::WorkerPool pool{io, pool_config()};
   kcoral::Metrics metrics{1};
@@ -189,6 +198,12 @@ class Client {
     }
   }
 
+  // Whether no byte of a response has come yet (pumping the server's io once).
+  bool nothing_yet() {
+    server_.pump();
+    return received_.empty() && receive_some() == End::open && received_.empty();
+  }
+
   enum class End { open, closed, reset };
   // Reads until the server ends the connection: how it ended it (nothing more may come).
   End wait_end() {
@@ -236,6 +251,35 @@ std::string execute_request() {
 }
 
 constexpr const char* kRequestId = "0b5d4f3e-3f4c-4b5a-9a1d-2c7e8f9a0b1c";
+
+// A complete POST /execute of a program of one bytes upload that asks for a GPU, which a
+// CPU server refuses 400 only once its blobs are resolved; `data` sent with it or not.
+std::string gpu_request(const std::string& data, bool send_data) {
+  std::string program = kcoral::test::program_with_bytes({data}, R"({"gpu_count":1})");
+  std::string name = "blob:" + kcoral::sha256_hex(data);
+  std::vector<kcoral::OutgoingPart> parts{{"program", "application/json", program}};
+  if (send_data) parts.push_back({name, "application/octet-stream", data});
+  kcoral::EncodedMultipart body = kcoral::encode_multipart(parts);
+  return "POST /execute HTTP/1.1\r\nHost: test\r\nContent-Type: " + body.content_type +
+         "\r\nContent-Length: " + std::to_string(body.body.size()) + "\r\n\r\n" + body.body;
+}
+
+// One long-step thread, held busy until release(): what a session hands it waits.
+struct HeldLongSteps {
+  explicit HeldLongSteps(Server& server) {
+    server.state.long_steps = &threads;
+    boost::asio::post(threads, [this] { released.wait(); });
+  }
+  ~HeldLongSteps() { release(); }
+  void release() {
+    if (!done) release_.set_value();
+    done = true;
+  }
+  boost::asio::thread_pool threads{1};
+  std::promise<void> release_;
+  std::shared_future<void> released = release_.get_future().share();
+  bool done = false;
+};
 
 }  // namespace
 
@@ -580,6 +624,67 @@ TEST_CASE("a client that ends its side as its program's answer comes gets the an
   CHECK(std::chrono::steady_clock::now() < ended_by);  // not the idle timeout's 60 s (wait_end gives up at 10)
   CHECK(server.guard("idle_timeout") == 0);
   CHECK(server.state.connections == 0);
+}
+
+TEST_CASE("a body of megabytes is admitted on the long-step threads, while the I/O serves other connections") {
+  // Its multipart scan and its blobs' copies take as long as the body is large: on the I/O
+  // threads, two such would hold both of a default server's.
+  Server server;
+  HeldLongSteps long_steps(server);
+  Client large(server);
+  REQUIRE(large.send(gpu_request(std::string(2 << 20, 'x'), /*send_data=*/true)));
+  for (int i = 0; i < 10; ++i) server.pump();
+  Client other(server);
+  REQUIRE(other.send("GET /health HTTP/1.1\r\nHost: test\r\n\r\n"));
+  CHECK(other.read_response().status == 200);
+  CHECK(large.nothing_yet());
+  CHECK(server.state.responses_pending == 1);  // a shutdown waits for it
+  long_steps.release();
+  Response refused = large.read_response();
+  INFO(refused.body);
+  CHECK(refused.status == 400);
+  CHECK(error_message(refused).find("CPU server") != std::string::npos);
+  CHECK(server.pump_until([&] { return server.state.responses_pending == 0; }));
+}
+
+TEST_CASE("a small request naming a blob of megabytes on the disk cache is admitted on the long-step threads") {
+  kcoral::test::TempDir directory;
+  auto disk = kcoral::DiskBlobCache::open(directory.path(), 64 << 20);
+  REQUIRE(disk.has_value());
+  std::string data(2 << 20, 'd');  // past a quarter of the memory cache: on the disk alone
+  Server server({}, disk->get());
+  HeldLongSteps long_steps(server);
+  {
+    Client first(server);  // the upload itself, whose admission is long too
+    REQUIRE(first.send(gpu_request(data, /*send_data=*/true)));
+    for (int i = 0; i < 10; ++i) server.pump();
+    CHECK(first.nothing_yet());
+    long_steps.release();
+    CHECK(first.read_response().status == 400);
+  }
+  (*disk)->flush();
+  REQUIRE(server.blobs.count() == 0);
+  HeldLongSteps held_again(server);
+  Client small(server);
+  REQUIRE(small.send(gpu_request(data, /*send_data=*/false)));  // a few hundred bytes
+  for (int i = 0; i < 10; ++i) server.pump();
+  Client other(server);
+  REQUIRE(other.send("GET /health HTTP/1.1\r\nHost: test\r\n\r\n"));
+  CHECK(other.read_response().status == 200);
+  CHECK(small.nothing_yet());
+  held_again.release();
+  Response refused = small.read_response();
+  INFO(refused.body);
+  CHECK(refused.status == 400);  // resolved from the disk: not a CACHE_MISS
+  CHECK(error_message(refused).find("CPU server") != std::string::npos);
+}
+
+TEST_CASE("a small request is admitted on the I/O thread, even while the long-step threads are busy") {
+  Server server;
+  HeldLongSteps long_steps(server);
+  Client client(server);
+  REQUIRE(client.send(gpu_request("data", /*send_data=*/true)));
+  CHECK(client.read_response().status == 400);
 }
 
 }  // TEST_SUITE
