@@ -142,7 +142,7 @@ ONE_OF_EACH = [
     {"type": "blobs", "digests": [DIGEST, DIGEST[::-1]]},
     {"type": "blobs", "digests": [DIGEST, DIGEST[::-1]], "files": [0, 0], "offsets": [0, 4096],
      "sizes": [3, 0], "file_count": 1},
-    {"type": "run", "request_id": "r1", "output_limit_bytes": 1024, "max_binary_bytes": 1 << 20},
+    {"type": "run", "request_id": "r1", "output_limit_bytes": 1024, "max_returned_bytes": 1 << 20},
     {"type": "lease_granted"},
     {"type": "ready"},
     {"type": "progress", "index": 2},

@@ -50,7 +50,7 @@ kcoral::EncodedResponse execute_request(std::string_view content_type, std::stri
   }
   kcoral::RunOptions options;
   options.output_limit_bytes = request.output_limit_bytes;
-  options.max_binary_bytes = request.max_binary_bytes;
+  options.max_returned_bytes = request.max_returned_bytes;
   kcoral::NoGpuLease lease;
   kcoral::ProgramResult result = executor->run(request.program, request.blobs, lease, options);
   kcoral::ResponseTimings timings{0, result.elapsed_ms, 0, 0};

@@ -48,7 +48,7 @@ inline constexpr auto kFields<Blobs> =
 template <>
 inline constexpr auto kFields<RunProgram> =
     std::tuple{Field{"request_id", &RunProgram::request_id}, Field{"output_limit_bytes", &RunProgram::output_limit_bytes},
-               Field{"max_binary_bytes", &RunProgram::max_binary_bytes}};
+               Field{"max_returned_bytes", &RunProgram::max_returned_bytes}};
 template <>
 inline constexpr auto kFields<Progress> = std::tuple{Field{"index", &Progress::index}};
 template <>

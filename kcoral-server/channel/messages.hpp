@@ -86,7 +86,7 @@ struct Blobs {
 struct RunProgram {
   std::string request_id;
   std::uint64_t output_limit_bytes = 0;
-  std::uint64_t max_binary_bytes = 0;
+  std::uint64_t max_returned_bytes = 0;
 };
 // front -> worker: the lease (program or init) asked for is held for you now.
 struct LeaseGranted {};

@@ -62,7 +62,7 @@ Status send_job(const Channel& channel, const ExecuteJob& job) {
   if (!program) return std::unexpected(program.error());
   int text[] = {program->get()};
   return messages::send(channel,
-                        messages::RunProgram{job.request_id, job.admitted.output_limit_bytes, job.admitted.max_binary_bytes},
+                        messages::RunProgram{job.request_id, job.admitted.output_limit_bytes, job.admitted.max_returned_bytes},
                         text);
 }
 
@@ -284,11 +284,11 @@ Result<ProgramResult> WorkerHandle::decode_result(messages::RunResult message, s
   if (!fds.empty()) {
     std::uint64_t declared = 0;
     for (std::uint64_t size : message.part_sizes) {
-      if (size > job_->admitted.max_binary_bytes - std::min(declared, job_->admitted.max_binary_bytes))
+      if (size > job_->admitted.max_returned_bytes - std::min(declared, job_->admitted.max_returned_bytes))
         return fail(ErrorKind::engine, "result parts exceed the job's binary limit");
       declared += size;
     }
-    auto parts = Blob::from_untrusted_fd(std::move(fds.front()), job_->admitted.max_binary_bytes);
+    auto parts = Blob::from_untrusted_fd(std::move(fds.front()), job_->admitted.max_returned_bytes);
     if (!parts) return std::unexpected(parts.error());
     if (parts->size() != declared) return fail(ErrorKind::engine, "the result parts are not the size declared");
     std::size_t offset = 0;

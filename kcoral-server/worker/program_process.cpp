@@ -72,7 +72,7 @@ ProgramResult run_one(Executor& executor, Courier& courier, const Job& job, cons
   }
   RunOptions run_options;
   run_options.output_limit_bytes = job.run.output_limit_bytes;
-  run_options.max_binary_bytes = job.run.max_binary_bytes;
+  run_options.max_returned_bytes = job.run.max_returned_bytes;
   run_options.work_root = options.work_root;
   run_options.on_instruction = [&courier](std::size_t index) { (void)courier.send(messages::Progress{index}); };
   run_options.on_gpu_access = [&courier](const GpuAccessDetail&) { (void)courier.send(messages::GpuAccess{}); };

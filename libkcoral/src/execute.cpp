@@ -50,7 +50,7 @@ std::variant<AdmittedRequest, ExecuteAnswer> admit_parsed(std::string_view reque
                                      settings.max_timeout_seconds);
   request.output_limit_bytes = std::min(options.output_limit_bytes.value_or(settings.default_output_limit_bytes),
                                         settings.max_output_limit_bytes);
-  request.max_binary_bytes = settings.max_response_bytes;
+  request.max_returned_bytes = settings.max_response_bytes;
   request.program_json = std::move(parsed.program_json);
   request.program = std::move(parsed.program);
   request.blobs = std::move(resolved->blobs);

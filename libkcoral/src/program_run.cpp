@@ -374,7 +374,7 @@ void ProgramRun::execute(const ReturnValue& ret) {
     PyRef encoded = KCORAL_PY_CHECK(PyObject_CallMethod(
         context_.support, "encode_value", "Os#nK", value(ret.value), ret.key.data(),
         static_cast<Py_ssize_t>(ret.key.size()), static_cast<Py_ssize_t>(parts_.count()),
-        static_cast<unsigned long long>(options_.max_binary_bytes - parts_.bytes())));
+        static_cast<unsigned long long>(options_.max_returned_bytes - parts_.bytes())));
     if (!PyTuple_Check(encoded.get()) || PyTuple_GET_SIZE(encoded.get()) != 2 ||
         !PyCallable_Check(PyTuple_GET_ITEM(encoded.get(), 1)))
       throw malformed("no (parts, text function) pair");
@@ -395,7 +395,7 @@ void ProgramRun::execute(const ReturnValue& ret) {
                       KCORAL_PY_CHECK(PyUnicode_FromStringAndSize(digest.data(), 64)).release());
     PyRef text = KCORAL_PY_CHECK(PyObject_CallOneArg(PyTuple_GET_ITEM(encoded.get(), 1), digests.get()));
     if (!PyBytes_Check(text.get())) throw malformed("a JSON text that is not bytes");
-    results_.emplace_back(ret.key, std::string(PyBytes_AS_STRING(text.get()), PyBytes_GET_SIZE(text.get())));
+    keep_returned(ret.key, std::string(PyBytes_AS_STRING(text.get()), PyBytes_GET_SIZE(text.get())));
     rollback.done = true;
   } catch (const PythonException& e) {
     auto declared = error_kind_from_wire(e.error().declared_kind);
@@ -427,7 +427,7 @@ void ProgramRun::execute(const ReturnPath& ret) {
   auto path = normalize_workspace_path(raw);
   if (!path) throw InstructionFailure{ErrorKind::serialization, "cannot return '" + raw + "': " +
                                                                     path.error().message, ""};
-  std::uint64_t budget = options_.max_binary_bytes - parts_.bytes();
+  std::uint64_t budget = options_.max_returned_bytes - parts_.bytes();
   auto file_node = [this](std::string_view data) {
     Json node{{"type", "file"}, {"size", data.size()}, {"part", "return:" + std::to_string(parts_.count())}};
     std::span<const std::byte> piece = std::as_bytes(std::span(data));
@@ -437,7 +437,7 @@ void ProgramRun::execute(const ReturnPath& ret) {
   if (ret.kind == PathKind::file) {
     auto file = workspace_->read_file(*path, budget);
     if (!file) throw InstructionFailure{file.error().kind, file.error().message, ""};
-    results_.emplace_back(ret.key, file_node(file->data).dump());
+    keep_returned(ret.key, file_node(file->data).dump());
     return;
   }
   auto folder = workspace_->read_folder(*path, budget);
@@ -445,7 +445,24 @@ void ProgramRun::execute(const ReturnPath& ret) {
   Json files = Json::object();
   for (const auto& [relative, data] : folder->files) files[relative] = file_node(data);
   Json node{{"type", "folder"}, {"files", std::move(files)}, {"directories", folder->directories}};
-  results_.emplace_back(ret.key, node.dump(-1, ' ', false, Json::error_handler_t::replace));
+  keep_returned(ret.key, node.dump(-1, ' ', false, Json::error_handler_t::replace));
+}
+
+// The encoder keeps binary values within the response limit; their text is counted here,
+// so that a return whose text would pass it (a list of millions of numbers, say) fails
+// with response_too_large, as the front would answer it, before the worker builds and sends
+// an answer no client may receive (and the front may refuse to read).
+void ProgramRun::keep_returned(const std::string& key, std::string text) {
+  std::uint64_t bytes = results_bytes_ + key.size() + text.size() + 4;  // the key quoted, a colon, a comma
+  if (bytes + parts_.bytes() > options_.max_returned_bytes)
+    throw InstructionFailure{ErrorKind::response_too_large,
+                             "return '" + key.substr(0, 200) + "': the returned values come to " +
+                                 std::to_string(bytes) + " bytes of text and " + std::to_string(parts_.bytes()) +
+                                 " of binary data, past the server's response limit of " +
+                                 std::to_string(options_.max_returned_bytes) + " bytes",
+                             ""};
+  results_bytes_ = bytes;
+  results_.emplace_back(key, std::move(text));
 }
 
 std::vector<std::string> ProgramRun::store_binary_parts(std::span<const std::span<const std::byte>> pieces) {

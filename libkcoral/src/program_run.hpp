@@ -61,6 +61,7 @@ class ProgramRun {
   void execute(const Run& run);
   void execute(const ReturnValue& ret);
   void execute(const ReturnPath& ret);
+  void keep_returned(const std::string& key, std::string text);
 
   cpython::PyRef load_module(const Upload& upload);
   // A new file for an upload's own bytes (module source, library) outside the workspace.
@@ -91,6 +92,7 @@ class ProgramRun {
   std::unordered_map<std::string, UploadKind> uploads_;  // upload id -> kind
   std::vector<std::string> registered_modules_;  // sys.modules names to drop afterwards
   std::vector<std::pair<std::string, std::string>> results_;  // key -> JSON text
+  std::uint64_t results_bytes_ = 0;  // their text, keys and separators included
   BlobBuilder parts_;  // every returned binary value, back to back in one memfd
   std::size_t current_ = 0;
   std::chrono::steady_clock::time_point held_since_;

@@ -2,7 +2,7 @@
 // typed value tree for None, bools, ints of any size, floats, strings, lists, tuples,
 // dicts, bytes-likes and numpy arrays; binary parts numbered depth-first across the whole
 // response; what cannot be returned (serialization); file and folder returns with their
-// refusals (links, special files, bad paths); and the max_binary_bytes budget, whose
+// refusals (links, special files, bad paths); and the max_returned_bytes budget, whose
 // overrun is the request error response_too_large.
 #include "kcoral/sha256.hpp"
 #include "libkcoral/executor_support.hpp"
@@ -149,28 +149,33 @@ TEST_CASE("a value that contains itself or nests too deeply fails with serializa
   CHECK(ran.result.completed());
 }
 
-TEST_CASE("binary returns beyond max_binary_bytes fail with response_too_large") {
+TEST_CASE("returns beyond max_returned_bytes fail with response_too_large, binary data and text alike") {
   kcoral::RunOptions options;
-  options.max_binary_bytes = 10;
+  options.max_returned_bytes = 10000;
   ProgramBuilder b;
-  b.return_value("a", b.upload_bytes("a", "123456"));
-  b.return_value("b", b.upload_bytes("b", "7890"));  // exactly 10 in all
+  b.return_value("a", b.upload_bytes("a", std::string(6000, 'a')));
+  b.return_value("b", b.upload_bytes("b", std::string(3000, 'b')));  // and two nodes of text
   auto fits = run(b, options);
   CHECK(fits.result.completed());
-  b.return_value("c", b.upload_bytes("c", "x"));
-  auto over = run(b, options);
-  REQUIRE(over.result.error.has_value());
-  CHECK(over.result.error->kind == ErrorKind::response_too_large);
-  CHECK(over.result.error->instruction_index == 5);
-  CHECK(over.result.parts.size() == 2);
+  for (std::size_t size : {1001, 1000}) {  // past the binary budget; within it, but not with the text
+    ProgramBuilder over_by = b;
+    over_by.return_value("c", over_by.upload_bytes("c", std::string(size, 'c')));
+    auto over = run(over_by, options);
+    REQUIRE(over.result.error.has_value());
+    CHECK(over.result.error->kind == ErrorKind::response_too_large);
+    CHECK(over.result.error->instruction_index == 5);
+    CHECK(over.result.parts.size() == 2);
+  }
+  CHECK(failure_kind(returning("'x' * 10000"), options) == ErrorKind::response_too_large);
+  CHECK(failure_kind(returning("list(range(2000))"), options) == ErrorKind::response_too_large);
   // Files and folders count against the same budget.
   ProgramBuilder files;
-  files.upload_file("d/f", "12345678901");
+  files.upload_file("d/f", std::string(10001, 'f'));
   files.return_file("f", "d/f");
   CHECK(failure_kind(files, options) == ErrorKind::response_too_large);
   ProgramBuilder folder;
-  folder.upload_file("d/a", "123456");
-  folder.upload_file("d/b", "12345");
+  folder.upload_file("d/a", std::string(6000, 'a'));
+  folder.upload_file("d/b", std::string(5000, 'b'));
   folder.return_folder("d", "d");
   CHECK(failure_kind(folder, options) == ErrorKind::response_too_large);
 }

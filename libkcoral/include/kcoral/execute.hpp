@@ -47,7 +47,7 @@ struct AdmittedRequest {
   BlobStore::Pin pin;  // keeps its cached blobs while it lives
   double timeout_seconds = 0;
   std::uint64_t output_limit_bytes = 0;
-  std::uint64_t max_binary_bytes = 0;  // of its returned values
+  std::uint64_t max_returned_bytes = 0;  // of its returned values
 };
 
 // A response, with its body's status (COMPLETED, FAILED, CACHE_MISS or ERROR), and for

@@ -68,7 +68,7 @@ struct InterpreterState {
 };
 struct RunOptions {
   std::uint64_t output_limit_bytes = 1u << 20;  // per stream; 0 turns capture off
-  std::uint64_t max_binary_bytes = 256u << 20;  // all returned binary data together
+  std::uint64_t max_returned_bytes = 256u << 20;  // all returned values together, text and binary data
   // Called before each instruction with its index (the server attributes crashes by it).
   std::function<void(std::size_t)> on_instruction;
   // Overrides ExecutorOptions::work_root for this run.

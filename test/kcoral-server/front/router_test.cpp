@@ -231,7 +231,7 @@ TEST_CASE("a complete /execute becomes a job with defaults taken from the config
   CHECK(job.admitted.blobs.at(kcoral::sha256_hex("data")).view() == "data");
   CHECK(job.admitted.timeout_seconds == server.config.default_timeout_seconds);
   CHECK(job.admitted.output_limit_bytes == server.config.default_output_limit_bytes);
-  CHECK(job.admitted.max_binary_bytes == server.config.max_response_bytes);
+  CHECK(job.admitted.max_returned_bytes == server.config.max_response_bytes);
 }
 
 TEST_CASE("a job's timeout and output limit are clamped to the server maximum") {

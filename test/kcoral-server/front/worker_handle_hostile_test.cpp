@@ -49,7 +49,7 @@ TEST_CASE("messages a running worker may not send kill it") {
            {"a default-looking field", R"({"type":"progress","index":"0"})", "non-negative integer"},
            {"an unknown type", R"({"type":"take_over"})", "unknown channel message type"},
            {"a front message", R"({"type":"lease_granted"})", "a worker does not send 'lease_granted'"},
-           {"a front message without its memfd", R"({"type":"run","request_id":"x","output_limit_bytes":1,"max_binary_bytes":1})",
+           {"a front message without its memfd", R"({"type":"run","request_id":"x","output_limit_bytes":1,"max_returned_bytes":1})",
             "a 'run' message came with 0 descriptors instead of 1"},
            {"a zygote message", R"({"type":"exited","pid":1})", "a worker does not send 'exited'"},
            {"a lease given back unheld", R"({"type":"lease","acquire":false})", "does not hold"},

@@ -23,7 +23,7 @@
 namespace kcoral::test {
 
 // A job of four instructions (upload, get_function, run, return).
-inline std::shared_ptr<kcoral::ExecuteJob> make_job(double timeout_seconds = 30, std::uint64_t max_binary_bytes = 1 << 20) {
+inline std::shared_ptr<kcoral::ExecuteJob> make_job(double timeout_seconds = 30, std::uint64_t max_returned_bytes = 1 << 20) {
   kcoral::ProgramBuilder builder;
   auto module = builder.upload_module("m", "def f():\n    return 1\n");
   auto f = builder.get_function("f", module, "f");
@@ -36,7 +36,7 @@ inline std::shared_ptr<kcoral::ExecuteJob> make_job(double timeout_seconds = 30,
   job->admitted.program = std::move(built->program);
   job->admitted.blobs = std::move(built->blobs);
   job->admitted.timeout_seconds = timeout_seconds;
-  job->admitted.max_binary_bytes = max_binary_bytes;
+  job->admitted.max_returned_bytes = max_returned_bytes;
   return job;
 }
 

@@ -50,7 +50,7 @@ std::shared_ptr<kcoral::ExecuteJob> make_job(const std::string& request_id) {
   job->admitted.program = std::move(built->program);
   job->admitted.blobs = std::move(built->blobs);
   job->admitted.timeout_seconds = 30;
-  job->admitted.max_binary_bytes = 1 << 20;
+  job->admitted.max_returned_bytes = 1 << 20;
   return job;
 }
 

@@ -102,6 +102,17 @@ def test_binary_response_over_the_limit_is_500_response_too_large(small_server):
     assert response.json()["error"]["kind"] == "response_too_large"
 
 
+@pytest.mark.parametrize("value", ["'x' * 40_000_000", "list(range(5_000_000))"])
+def test_returned_text_past_the_worker_channel_is_500_response_too_large(small_server, value):
+    # Text the worker's channel to the front would not carry (more than the response limit
+    # plus twice the output limit): the program fails where it returns, as the front would
+    # answer it, rather than the front killing its worker for an oversized message.
+    with small_server.client() as client, pytest.raises(ResponseTooLarge) as raised:
+        client.execute(call(f"def big():\n    return {value}\n", "big"))
+    assert "past the server's response limit of 10000 bytes" in raised.value.message
+    assert_served(small_server)
+
+
 def test_too_deep_literal_is_rejected_through_the_client(server):
     nested: list = []
     for _ in range(100):
