@@ -485,6 +485,11 @@ int run_server(ServerConfig config) {
   };
   auto [compile_caches, compile_caches_line] = open_compile_caches(config);
   pool_config.compile_caches = compile_caches.get();
+  // The steps that grow with what a client or a worker sent (router.hpp, kLongStepBytes;
+  // worker_handle.hpp), never on the I/O threads or the pool's strand. One a core, 2 to 4:
+  // as many as the in-flight limit lets the largest bodies in at once by default.
+  boost::asio::thread_pool long_steps(std::clamp(std::thread::hardware_concurrency(), 2u, 4u));
+  pool_config.long_steps = &long_steps;
   WorkerPool pool(io, pool_config);
   ServerState state{config, blobs, pool, metrics, new_request_id(), now_rfc3339(),
                     config.device == "gpu" ? pool_config.groups.size() : 0, shape->target_arch,
@@ -495,10 +500,6 @@ int run_server(ServerConfig config) {
   state.event_log = logs->requests.get();
   state.anonymous_log = logs->anonymous.get();
 
-  // The steps of a request that grow with what its client or worker sent (router.hpp,
-  // kLongStepBytes). One a core, 2 to 4: as many as the in-flight limit lets the largest
-  // bodies in at once by default. Joined before `state` goes.
-  boost::asio::thread_pool long_steps(std::clamp(std::thread::hardware_concurrency(), 2u, 4u));
   state.long_steps = &long_steps;
 
   if (auto started = pool.start(); !started) return fail_start({1, started.error().message});
@@ -516,6 +517,8 @@ int run_server(ServerConfig config) {
   Shutdown shutdown(io, state, pool, *serving->listener, config.shutdown_grace_seconds);
   shutdown.arm();
   threads.join();
+  long_steps.stop();  // what runs there now ends while the server's state lives
+  long_steps.join();
   std::fprintf(stderr, "kcoral-server: stopped\n");
   return 0;
 }

@@ -7,6 +7,9 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <boost/asio/execution/outstanding_work.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/prefer.hpp>
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
@@ -19,6 +22,9 @@ namespace {
 
 // Messages read in one go before other workers get the strand.
 constexpr int kMessagesPerTurn = 32;
+// Frames from this size on are decoded on the long-step threads (a large result's values:
+// decoding and checking 200 MB of them takes seconds).
+constexpr std::size_t kLongFrameBytes = std::size_t{1} << 20;
 // How long a dead worker's exit notice may take before its job is answered without it.
 constexpr auto kExitNoticeGrace = std::chrono::milliseconds(500);
 
@@ -69,8 +75,10 @@ Status send_job(const Channel& channel, const ExecuteJob& job) {
 }  // namespace
 
 WorkerHandle::WorkerHandle(Strand strand, Process process, std::size_t group, std::vector<std::size_t> gpus,
-                           UniqueFd channel, LeaseBroker& leases, Events events, Limits limits)
+                           UniqueFd channel, LeaseBroker& leases, Events events, Limits limits,
+                           boost::asio::thread_pool* long_steps)
     : strand_(strand),
+      long_steps_(long_steps),
       pid_(process.pid()),
       process_(std::move(process)),
       group_(group),
@@ -102,21 +110,73 @@ void WorkerHandle::read() {
   readable_.async_wait(boost::asio::posix::stream_descriptor::wait_read,
                        [self = shared_from_this()](boost::system::error_code ec) {
                          if (ec || self->closed_ || self->state_ == State::gone) return;
-                         for (int i = 0; i < kMessagesPerTurn; ++i) {
-                           auto received = messages::receive(self->channel_);
-                           if (!received) {
-                             if (self->channel_.peer_closed()) return self->channel_closed();
-                             return self->violation(received.error().message);
-                           }
-                           if (!*received) break;
-                           self->handle(std::move(**received));
-                           if (self->closed_ || self->state_ == State::gone) return;
-                         }
-                         self->read();
+                         self->read_turn();
                        });
 }
 
-void WorkerHandle::handle(messages::Received received) {
+// Takes what the channel holds, a turn's worth at most, then waits for more.
+void WorkerHandle::read_turn() {
+  for (int i = 0; i < kMessagesPerTurn; ++i) {
+    switch (take_frame()) {
+      case Took::one: continue;
+      case Took::nothing: return read();
+      case Took::closed: return channel_closed();
+      case Took::stop: return;
+    }
+  }
+  read();
+}
+
+// Takes one frame and handles it, or hands it to the long-step threads, after which
+// decoded() goes on (Took::stop, as after a violation or the handle's end).
+WorkerHandle::Took WorkerHandle::take_frame() {
+  auto frame = channel_.receive();
+  if (!frame) {
+    if (channel_.peer_closed()) return Took::closed;
+    violation(frame.error().message);
+    return Took::stop;
+  }
+  if (!*frame) return Took::nothing;
+  if (long_steps_ != nullptr && (*frame)->json.size() >= kLongFrameBytes) {
+    decode_elsewhere(std::move(**frame));
+    return Took::stop;
+  }
+  auto message = messages::decode((*frame)->json, (*frame)->fds.size());
+  if (!message) {
+    violation(message.error().message);
+    return Took::stop;
+  }
+  handle({std::move(*message), std::move((*frame)->fds)});
+  return closed_ || state_ == State::gone ? Took::stop : Took::one;
+}
+
+void WorkerHandle::decode_elsewhere(Frame frame) {
+  decoding_ = true;
+  // The strand, keeping its io running until the frame comes back.
+  auto home = boost::asio::prefer(strand_, boost::asio::execution::outstanding_work.tracked);
+  boost::asio::post(*long_steps_, [self = shared_from_this(), home, frame = std::move(frame)]() mutable {
+    Decoded decoded{messages::decode(frame.json, frame.fds.size()), std::move(frame.fds), std::nullopt};
+    if (decoded.message)
+      if (const auto* result = std::get_if<messages::RunResult>(&*decoded.message))
+        decoded.checked = check_returned_values(result->results, result->part_sizes.size());
+    boost::asio::post(home, [self, decoded = std::move(decoded)]() mutable { self->decoded(std::move(decoded)); });
+  });
+}
+
+// A frame decoded elsewhere, handled in its turn; then what waited for it: a deadline
+// that passed meanwhile, the exit notice, or the next frames.
+void WorkerHandle::decoded(Decoded decoded) {
+  decoding_ = false;
+  if (state_ == State::gone) return;  // killed or let go meanwhile
+  if (!decoded.message) return violation(decoded.message.error().message);
+  handle({std::move(*decoded.message), std::move(decoded.fds)}, decoded.checked ? &*decoded.checked : nullptr);
+  if (state_ == State::gone) return;
+  if (std::exchange(deadline_passed_, false) && job_) return time_out();
+  if (exit_notice_) return finish_exit();
+  if (!closed_) read();
+}
+
+void WorkerHandle::handle(messages::Received received, const std::expected<void, ReturnedValuesRefusal>* checked) {
   if (job_ && messages_left_-- == 0) return violation("it sent more messages than its program explains");
   std::visit(
       [&](auto& message) {
@@ -126,7 +186,8 @@ void WorkerHandle::handle(messages::Received received) {
         else if constexpr (std::is_same_v<T, messages::Progress>) on_progress(message.index);
         else if constexpr (std::is_same_v<T, messages::Lease>) on_lease(message.acquire);
         else if constexpr (std::is_same_v<T, messages::GpuAccess>) on_gpu_access();
-        else if constexpr (std::is_same_v<T, messages::RunResult>) on_result(std::move(message), std::move(received.fds));
+        else if constexpr (std::is_same_v<T, messages::RunResult>)
+          on_result(std::move(message), std::move(received.fds), checked);
         else if constexpr (std::is_same_v<T, messages::Failed>) on_failed(message.message);
         else violation("a worker does not send '" + std::string(messages::name_of(received.message)) + "'");
       },
@@ -225,9 +286,13 @@ void WorkerHandle::on_failed(const std::string& message) {
   let_go();
 }
 
-void WorkerHandle::on_result(messages::RunResult message, std::vector<UniqueFd> fds) {
+// `checked`: its values' check, when it was made where the result was decoded.
+void WorkerHandle::on_result(messages::RunResult message, std::vector<UniqueFd> fds,
+                             const std::expected<void, ReturnedValuesRefusal>* checked_elsewhere) {
   if (state_ != State::running) return violation("'result' without a job");
-  if (auto checked = check_returned_values(message.results, message.part_sizes.size()); !checked) {
+  auto checked = checked_elsewhere != nullptr ? *checked_elsewhere
+                                              : check_returned_values(message.results, message.part_sizes.size());
+  if (!checked) {
     if (checked.error().error.kind != ErrorKind::serialization) return violation(checked.error().error.message);
     // Deeper than the worker's own encoder lets values nest: a worker that sends this runs
     // no other program.
@@ -372,20 +437,23 @@ void WorkerHandle::channel_closed() {
 }
 
 void WorkerHandle::exited(const std::string& how, const std::optional<std::string>& failure) {
-  // The exit notice can overtake the child's last messages (its result, say, or why it
-  // could not start), which are still in its channel: read those first.
+  exit_notice_ = ExitNotice{how, failure};
+  if (!decoding_) finish_exit();  // else once the frame being decoded is handled
+}
+
+// The exit notice can overtake the child's last messages (its result, say, or why it
+// could not start), which are still in its channel: those are taken first.
+void WorkerHandle::finish_exit() {
   while (!closed_ && (job_ || state_ == State::starting) && state_ != State::gone) {
-    auto received = messages::receive(channel_);
-    if (!received) {
-      if (!channel_.peer_closed()) return violation(received.error().message);
-      break;
-    }
-    if (!*received) break;
-    handle(std::move(**received));
+    Took took = take_frame();
+    if (took == Took::stop) return;  // let go, or decoding elsewhere: decoded() comes back here
+    if (took != Took::one) break;
   }
-  if (job_) crashed(how, failure);
+  const ExitNotice& notice = *exit_notice_;
+  if (job_) crashed(notice.how, notice.failure);
   if (state_ == State::starting)
-    start_failed("a worker exited before it became ready (" + how + ")" + (failure ? ": " + *failure : ""));
+    start_failed("a worker exited before it became ready (" + notice.how + ")" +
+                 (notice.failure ? ": " + *notice.failure : ""));
   let_go();
 }
 
@@ -513,11 +581,20 @@ void WorkerHandle::arm_deadline(Clock::duration remaining) {
   deadline_.async_wait([self = shared_from_this(), job = job_](boost::system::error_code ec) {
     // A cancelled wait or a re-armed deadline must not fire the old expiry.
     if (ec || self->job_ != job || self->paused_remaining_ || Clock::now() < self->deadline_at_) return;
-    self->kill_tree();
-    self->finish(fail(ErrorKind::timeout, "the program ran past its timeout of " +
-                                              seconds_text(job->admitted.timeout_seconds) + "; its processes were killed"));
-    self->let_go();
+    if (self->decoding_) {  // what the worker sent before it comes first (decoded())
+      self->deadline_passed_ = true;
+      return;
+    }
+    self->time_out();
   });
+}
+
+void WorkerHandle::time_out() {
+  std::shared_ptr<ExecuteJob> job = job_;
+  kill_tree();
+  finish(fail(ErrorKind::timeout, "the program ran past its timeout of " +
+                                      seconds_text(job->admitted.timeout_seconds) + "; its processes were killed"));
+  let_go();
 }
 
 }  // namespace kcoral

@@ -26,6 +26,12 @@
 // nested deeper than the protocol carries kill the worker too, and fail its program with
 // `serialization` at that return. The deadline stops while
 // the program waits for the GPU lease (lease waiting is not the program's time).
+//
+// A frame of a megabyte or more (a large result) is decoded, and a result's values checked,
+// on the long-step threads, not on the strand that every worker and the queue share:
+// reading 200 MB of returned values there held every other program's start for seconds.
+// The worker's next frames wait meanwhile, and so do its exit notice and a deadline that
+// passes: whatever it sent before them is handled first, as when it was decoded at once.
 // Used on the pool's strand only; lives as long as its pending operations.
 #pragma once
 
@@ -35,7 +41,9 @@
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
+#include <boost/asio/thread_pool.hpp>
 #include <chrono>
+#include <expected>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -87,8 +95,9 @@ class WorkerHandle : public std::enable_shared_from_this<WorkerHandle> {
   // none reaches another process once the worker parent has reaped this one. `group`: the
   // supply's group it was forked for; `gpus`: that group's GPUs, the ones it sees, whose
   // leases and context-making turns it asks for (LeaseBroker).
+  // `long_steps`: where its large frames are decoded (null: on the strand), outliving it.
   WorkerHandle(Strand strand, Process process, std::size_t group, std::vector<std::size_t> gpus, UniqueFd channel,
-               LeaseBroker& leases, Events events, Limits limits);
+               LeaseBroker& leases, Events events, Limits limits, boost::asio::thread_pool* long_steps = nullptr);
   WorkerHandle(const WorkerHandle&) = delete;
   WorkerHandle& operator=(const WorkerHandle&) = delete;
 
@@ -123,14 +132,32 @@ class WorkerHandle : public std::enable_shared_from_this<WorkerHandle> {
  private:
   enum class LeaseState { none, waiting, held };
 
+  // What a frame taken from the channel came to.
+  enum class Took { one, nothing, closed, stop };
+  struct Decoded {
+    Result<messages::Message> message;
+    std::vector<UniqueFd> fds;
+    std::optional<std::expected<void, ReturnedValuesRefusal>> checked;  // a result's values
+  };
+  struct ExitNotice {
+    std::string how;
+    std::optional<std::string> failure;
+  };
+
   void read();
-  void handle(messages::Received received);
+  void read_turn();
+  Took take_frame();
+  void decode_elsewhere(Frame frame);
+  void decoded(Decoded decoded);
+  void finish_exit();
+  void handle(messages::Received received, const std::expected<void, ReturnedValuesRefusal>* checked = nullptr);
   void on_ready();
   void on_init_lease(bool acquire);
   void on_progress(std::uint64_t index);
   void on_lease(bool acquire);
   void on_gpu_access();
-  void on_result(messages::RunResult result, std::vector<UniqueFd> fds);
+  void on_result(messages::RunResult result, std::vector<UniqueFd> fds,
+                 const std::expected<void, ReturnedValuesRefusal>* checked);
   void on_failed(const std::string& message);
   Result<ProgramResult> decode_result(messages::RunResult result, std::vector<UniqueFd> fds) const;
   ProgramResult too_deep(const ReturnedValuesRefusal& refusal, messages::RunResult message) const;
@@ -148,8 +175,10 @@ class WorkerHandle : public std::enable_shared_from_this<WorkerHandle> {
   void pause_deadline();
   void resume_deadline();
   void arm_deadline(Clock::duration remaining);
+  void time_out();
 
   Strand strand_;
+  boost::asio::thread_pool* long_steps_;
   pid_t pid_;  // process_'s, kept for the lease broker and the logs
   Process process_;
   std::optional<std::size_t> tenant_;
@@ -174,6 +203,9 @@ class WorkerHandle : public std::enable_shared_from_this<WorkerHandle> {
   std::size_t messages_left_ = 0;          // this job's message budget
   std::optional<std::string> interfered_request_id_;  // whose lease a cpu_only call broke
   bool closed_ = false;                    // the channel closed
+  bool decoding_ = false;                  // a frame is being decoded elsewhere
+  std::optional<ExitNotice> exit_notice_;  // the zygote's, while frames before it are handled
+  bool deadline_passed_ = false;           // while a frame was being decoded
   boost::asio::steady_timer grace_;        // after a crash: time for the exit notice
 
   boost::asio::steady_timer deadline_;

@@ -37,7 +37,7 @@ WorkerPool::WorkerPool(boost::asio::io_context& io, Config config)
       leases_(config_.groups.size(), config_.context_inits_at_once),
       supply_(strand_,
               {groups_, config_.workers_per_group, config_.context_inits_at_once,
-               {config_.max_message_bytes, config_.programs_per_worker}, config_.zygote},
+               {config_.max_message_bytes, config_.programs_per_worker}, config_.zygote, config_.long_steps},
               leases_,
               {[this](std::map<std::string, std::string> versions) {
                  {

@@ -37,6 +37,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
+#include <boost/asio/thread_pool.hpp>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -92,6 +93,9 @@ class WorkerPool {
     // trimmed after each program; null: none. Outlives the pool.
     CompileCaches* compile_caches = nullptr;
     ZygoteConfig zygote;
+    // Where a worker's frames of a megabyte or more are decoded, off the strand
+    // (WorkerHandle); null: on it. Outlives the pool's workers.
+    boost::asio::thread_pool* long_steps = nullptr;
   };
   struct Load {
     std::size_t capacity = 0;  // workers of the prepared groups that may run at once

@@ -118,7 +118,8 @@ void WorkerSupply::on_forked(Process process, UniqueFd channel) {
   WorkerHandle::Limits limits = config_.limits;
   if (config_.groups[group].on_demand) limits.programs = 1;  // see the file's comment
   auto worker = std::make_shared<WorkerHandle>(strand_, std::move(process), group, config_.groups[group].gpus,
-                                               std::move(channel), leases_, std::move(events), limits);
+                                               std::move(channel), leases_, std::move(events), limits,
+                                               config_.long_steps);
   workers_[pid] = worker;
   worker->start();
 }

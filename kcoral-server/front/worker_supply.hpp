@@ -25,6 +25,7 @@
 #include <sys/types.h>
 
 #include <boost/asio/steady_timer.hpp>
+#include <boost/asio/thread_pool.hpp>
 #include <deque>
 #include <functional>
 #include <map>
@@ -52,6 +53,7 @@ class WorkerSupply {
     std::size_t context_inits_at_once = 1;
     WorkerHandle::Limits limits;
     ZygoteConfig zygote;
+    boost::asio::thread_pool* long_steps = nullptr;  // the workers' (WorkerHandle)
   };
   // A start that ended, ready or not.
   struct StartEnd {

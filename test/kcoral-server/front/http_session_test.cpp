@@ -27,9 +27,7 @@
 
 #include <boost/asio/ip/tcp.hpp>
 #include <cctype>
-#include <boost/asio/thread_pool.hpp>
 #include <chrono>
-#include <future>
 #include <map>
 #include <thread>
 
@@ -37,6 +35,7 @@
 #include "kcoral/disk_blob_cache.hpp"
 #include "kcoral/multipart.hpp"
 #include "kcoral/sha256.hpp"
+#include "held_thread_pool.hpp"
 #include "libkcoral/temp_dir.hpp"
 #include "server_fixture.hpp"
 
@@ -264,21 +263,9 @@ std::string gpu_request(const std::string& data, bool send_data) {
          "\r\nContent-Length: " + std::to_string(body.body.size()) + "\r\n\r\n" + body.body;
 }
 
-// One long-step thread, held busy until release(): what a session hands it waits.
-struct HeldLongSteps {
-  explicit HeldLongSteps(Server& server) {
-    server.state.long_steps = &threads;
-    boost::asio::post(threads, [this] { released.wait(); });
-  }
-  ~HeldLongSteps() { release(); }
-  void release() {
-    if (!done) release_.set_value();
-    done = true;
-  }
-  boost::asio::thread_pool threads{1};
-  std::promise<void> release_;
-  std::shared_future<void> released = release_.get_future().share();
-  bool done = false;
+// The server's long-step threads: one, held until release().
+struct HeldLongSteps : kcoral::test::HeldThreadPool {
+  explicit HeldLongSteps(Server& server) { server.state.long_steps = &threads; }
 };
 
 }  // namespace

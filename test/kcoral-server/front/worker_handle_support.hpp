@@ -15,6 +15,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 
 #include "kcoral/program_builder.hpp"
@@ -71,7 +72,7 @@ struct Harness {
 
   explicit Harness(std::size_t programs = 1, std::size_t max_message_bytes = 1 << 20,
                    std::chrono::steady_clock::duration start_timeout = std::chrono::seconds(60),
-                   std::vector<std::size_t> gpus = {0}) {
+                   std::vector<std::size_t> gpus = {0}, boost::asio::thread_pool* long_steps = nullptr) {
     process = ::fork();
     if (process == 0) {
       ::setsid();
@@ -98,7 +99,8 @@ struct Harness {
     REQUIRE(held.has_value());
     handle = std::make_shared<WorkerHandle>(strand, std::move(*held), 0, std::move(gpus), std::move(pair->first),
                                             leases, events,
-                                            WorkerHandle::Limits{max_message_bytes, programs, start_timeout});
+                                            WorkerHandle::Limits{max_message_bytes, programs, start_timeout},
+                                            long_steps);
     handle->start();
   }
   ~Harness() {
@@ -107,10 +109,18 @@ struct Harness {
     ::waitpid(process, nullptr, 0);
   }
 
+  // Runs the io until `done()` (2 s at most); whether done.
   template <class Predicate>
   bool pump(Predicate done) {
-    for (int i = 0; i < 400 && !done(); ++i) io.run_for(std::chrono::milliseconds(5));
+    for (int i = 0; i < 400 && !done(); ++i) run_for(std::chrono::milliseconds(5));
     return done();
+  }
+  // Runs the io for `time`, even with nothing of its own to wait for: a handler posted from
+  // another thread may come meanwhile.
+  void run_for(std::chrono::milliseconds time) {
+    auto waiting = boost::asio::make_work_guard(io);
+    io.restart();
+    io.run_for(time);
   }
   void send(const messages::Message& message, std::vector<int> fds = {}) {
     REQUIRE(messages::send(worker, message, fds).has_value());

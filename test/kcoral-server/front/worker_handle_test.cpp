@@ -3,9 +3,12 @@
 // blobs arriving in batches under the descriptor limit; a failed program's error comes
 // through; a worker takes another program only as often as the server allows, and its
 // retirement reason is passed on when it stops; deadlines and crashes are answered, and a
-// result already in the channel when the exit notice comes is still the answer. The
-// hostile worker's messages, the GPU lease and context turns, and starts have files of
+// result already in the channel when the exit notice comes is still the answer. A frame of
+// megabytes is decoded on the long-step threads while the strand goes on; an exit notice
+// or a deadline that comes meanwhile waits for it, and a frame that is not a message is
+// refused there too. The hostile worker's messages, the GPU lease and context turns, and starts have files of
 // their own (worker_handle_*_test.cpp).
+#include "held_thread_pool.hpp"
 #include "worker_handle_support.hpp"
 
 using kcoral::WorkerHandle;
@@ -13,6 +16,7 @@ using kcoral::test::Harness;
 using kcoral::test::make_job;
 using kcoral::test::memfd_with;
 using kcoral::test::completed;
+using kcoral::test::HeldThreadPool;
 namespace messages = kcoral::messages;
 
 TEST_SUITE("worker_handle") {
@@ -160,6 +164,79 @@ TEST_CASE("a result already in the channel when the exit notice comes is still t
   REQUIRE(h.outcome.has_value());
   CHECK(h.outcome->result.has_value());
   CHECK(h.outcome->result->completed());
+}
+
+// -- frames of megabytes ---------------------------------------------------------------------
+
+namespace {
+
+constexpr std::size_t kLargeFrameLimit = std::size_t{8} << 20;
+
+// A completed result whose text is megabytes long (its value followed by blanks).
+messages::RunResult large_result() {
+  messages::RunResult result = completed();
+  result.results.insert(result.results.size() - 1, std::string(std::size_t{2} << 20, ' '));
+  return result;
+}
+
+}  // namespace
+
+TEST_CASE("a result of megabytes is decoded on the long-step threads, and the strand goes on meanwhile") {
+  HeldThreadPool long_steps;
+  Harness h(1, kLargeFrameLimit, std::chrono::seconds(60), {0}, &long_steps.threads);
+  h.take(make_job());
+  h.send(large_result());
+  bool other = false;
+  boost::asio::post(h.strand, [&] { other = true; });
+  REQUIRE(h.pump([&] { return other; }));
+  h.run_for(std::chrono::milliseconds(50));
+  CHECK_FALSE(h.outcome.has_value());  // its frame waits for the held thread
+  long_steps.release();
+  REQUIRE(h.pump([&] { return h.outcome.has_value() && h.gone; }));
+  REQUIRE(h.outcome->result.has_value());
+  CHECK(h.outcome->result->completed());
+  CHECK(h.outcome->result->results_json.size() > (std::size_t{2} << 20));
+}
+
+TEST_CASE("an exit notice or a deadline that comes while a result is decoded leaves the result the answer") {
+  HeldThreadPool long_steps;
+  bool exit_notice = false;
+  SUBCASE("the exit notice") { exit_notice = true; }
+  SUBCASE("the deadline") {}
+  Harness h(1, kLargeFrameLimit, std::chrono::seconds(60), {0}, &long_steps.threads);
+  h.take(make_job(exit_notice ? 30 : 0.1));
+  h.send(large_result());
+  h.run_for(std::chrono::milliseconds(200));  // past the deadline
+  if (exit_notice) h.handle->exited("exit code 0");
+  CHECK_FALSE(h.outcome.has_value());
+  long_steps.release();
+  REQUIRE(h.pump([&] { return h.outcome.has_value() && h.gone; }));
+  REQUIRE(h.outcome->result.has_value());
+  CHECK(h.outcome->result->completed());
+}
+
+TEST_CASE("a deadline that passes while a frame of megabytes is decoded is answered once it is handled") {
+  HeldThreadPool long_steps;
+  Harness h(1, kLargeFrameLimit, std::chrono::seconds(60), {0}, &long_steps.threads);
+  h.take(make_job(0.1));
+  h.send_text(R"({"type":"progress","index":1)" + std::string(std::size_t{2} << 20, ' ') + "}");
+  h.run_for(std::chrono::milliseconds(200));
+  CHECK_FALSE(h.outcome.has_value());
+  long_steps.release();
+  REQUIRE(h.pump([&] { return h.outcome.has_value() && h.gone; }));
+  REQUIRE_FALSE(h.outcome->result.has_value());
+  CHECK(h.outcome->result.error().kind == kcoral::ErrorKind::timeout);
+  CHECK(h.killed());
+}
+
+TEST_CASE("a frame of megabytes that is not a message is refused where it is decoded, and its worker killed") {
+  HeldThreadPool long_steps;
+  long_steps.release();
+  Harness h(1, kLargeFrameLimit, std::chrono::seconds(60), {0}, &long_steps.threads);
+  h.take(make_job());
+  h.send_text(std::string(std::size_t{2} << 20, '['));
+  CHECK(h.engine_error().find("broke the channel protocol") != std::string::npos);
+  CHECK(h.killed());
 }
 
 // -- the start ------------------------------------------------------------------------------
