@@ -6,7 +6,8 @@
 // the sanitizers catch, it checks what an accepted request promises: the program is the
 // `program` part's text, and every blob carried is one the program references, holding
 // bytes whose SHA-256 is its name; the blobs share one memfd (the body's), in which every
-// byte outside them is zero, so a worker given it reads the blobs and nothing else.
+// byte outside them is zero, so a worker given it reads the blobs and nothing else. And a
+// blob store resolving it asks its budget for exactly the bytes bytes_to_make said it would.
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "invariant.hpp"
+#include "kcoral/blob_store.hpp"
 #include "kcoral/codec.hpp"
 #include "kcoral/sha256.hpp"
 #include "request_input.hpp"
@@ -37,6 +39,16 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     KCORAL_INVARIANT(kcoral::sha256_hex(blob.view()) == digest);
   }
   if (request->blobs.empty()) return 0;
+  {
+    kcoral::BlobStore store(std::size_t{1} << 30);
+    std::uint64_t said = store.bytes_to_make("fuzz", request->program, request->blobs);
+    std::uint64_t asked = 0;
+    auto resolved = store.resolve("fuzz", request->program, request->blobs, [&](std::uint64_t bytes) {
+      asked += bytes;
+      return true;
+    });
+    KCORAL_INVARIANT(!resolved || asked == said);
+  }
   const kcoral::Blob& any = request->blobs.begin()->second;
   std::vector<bool> kept(any.file_size(), false);
   for (const auto& [digest, blob] : request->blobs) {
