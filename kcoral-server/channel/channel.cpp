@@ -31,15 +31,22 @@ Result<UniqueFd> spill(std::string_view text) {
   return fd;
 }
 
-// Reads a spilled text; the sender's memfd is not trusted to be one, nor to stay its size.
-Result<std::string> unspill(int fd, std::size_t max_bytes) {
+// A spilled text's size; the sender's memfd is not trusted to be a file, nor to stay its size.
+Result<std::size_t> spilled_size(int fd, std::size_t max_bytes) {
   struct stat info {};
   if (::fstat(fd, &info) != 0) return system_error("fstat on a message");
   if (!S_ISREG(info.st_mode)) return fail(ErrorKind::engine, "a spilled message is not in a regular file");
   if (static_cast<std::uint64_t>(info.st_size) > max_bytes)
     return fail(ErrorKind::engine, "a message of " + std::to_string(info.st_size) + " bytes exceeds the limit of " +
                                        std::to_string(max_bytes));
-  std::string text(static_cast<std::size_t>(info.st_size), '\0');
+  return static_cast<std::size_t>(info.st_size);
+}
+
+// Reads a spilled text, as large as it is now.
+Result<std::string> unspill(int fd, std::size_t max_bytes) {
+  auto size = spilled_size(fd, max_bytes);
+  if (!size) return std::unexpected(size.error());
+  std::string text(*size, '\0');
   std::size_t done = 0;
   while (done < text.size()) {
     ssize_t n = ::pread(fd, text.data() + done, text.size() - done, static_cast<off_t>(done));
@@ -105,7 +112,21 @@ Status Channel::send(std::string_view json, const std::vector<int>& fds) const {
   }
 }
 
-Result<std::optional<Frame>> Channel::receive() const {
+Result<std::optional<Frame>> Channel::receive() const { return receive_frame(/*read_spilled=*/true); }
+
+Result<std::optional<Frame>> Channel::receive_unread() const { return receive_frame(/*read_spilled=*/false); }
+
+Status Channel::read_spilled(Frame& frame, std::size_t max_text_bytes) {
+  if (!frame.spilled) return {};
+  auto text = unspill(frame.spilled.get(), max_text_bytes);
+  if (!text) return std::unexpected(text.error());
+  frame.json = std::move(*text);
+  frame.spilled.reset();
+  frame.spilled_bytes = 0;
+  return {};
+}
+
+Result<std::optional<Frame>> Channel::receive_frame(bool read_spilled) const {
   std::string bytes(kInlineBytes + 1, '\0');
   std::vector<char> control(CMSG_SPACE(sizeof(int) * (kMaxFds + 1)));
   iovec io{bytes.data(), bytes.size()};
@@ -139,10 +160,13 @@ Result<std::optional<Frame>> Channel::receive() const {
   if (bytes[0] != kSpilled && bytes[0] != kInline) return fail(ErrorKind::engine, "a channel frame has no kind");
   if (bytes[0] == kSpilled) {
     if (frame.fds.empty()) return fail(ErrorKind::engine, "a spilled message came without its memfd");
-    auto text = unspill(frame.fds.front().get(), max_text_bytes_);
-    if (!text) return std::unexpected(text.error());
-    frame.json = std::move(*text);
+    auto size = spilled_size(frame.fds.front().get(), max_text_bytes_);
+    if (!size) return std::unexpected(size.error());
+    frame.spilled = std::move(frame.fds.front());
+    frame.spilled_bytes = *size;
     frame.fds.erase(frame.fds.begin());
+    if (read_spilled)
+      if (auto read = Channel::read_spilled(frame, max_text_bytes_); !read) return std::unexpected(read.error());
   } else {
     if (bytes.size() - 1 > max_text_bytes_) return fail(ErrorKind::engine, "a message exceeds the limit");
     frame.json = bytes.substr(1);

@@ -26,6 +26,12 @@ namespace kcoral {
 struct Frame {
   std::string json;
   std::vector<UniqueFd> fds;
+  // A text that came in a memfd, left there by receive_unread until read_spilled reads it.
+  UniqueFd spilled;
+  std::size_t spilled_bytes = 0;  // its size when it came
+
+  // The text's size, read or not.
+  [[nodiscard]] std::size_t text_bytes() const { return spilled ? spilled_bytes : json.size(); }
 };
 
 class Channel {
@@ -48,6 +54,13 @@ class Channel {
   // peer is gone (peer_closed() then says so) or when the frame breaks the rules above
   // (its descriptors are closed then).
   [[nodiscard]] Result<std::optional<Frame>> receive() const;
+  // The same, but a text that came in a memfd is left there (checked to be a regular file
+  // within the limit), for read_spilled to read, on another thread if it is large.
+  [[nodiscard]] Result<std::optional<Frame>> receive_unread() const;
+  // Reads a frame's spilled text into its json (checked again: the sender may have changed
+  // the file meanwhile). `max_text_bytes`: the receiving channel's.
+  [[nodiscard]] static Status read_spilled(Frame& frame, std::size_t max_text_bytes);
+  [[nodiscard]] std::size_t max_text_bytes() const { return max_text_bytes_; }
   // Whether a send or a receive found the peer gone: what tells an exit from a violation.
   [[nodiscard]] bool peer_closed() const { return peer_closed_; }
 
@@ -58,6 +71,7 @@ class Channel {
  private:
   // The peer's end was found closed.
   [[nodiscard]] Error closed() const;
+  [[nodiscard]] Result<std::optional<Frame>> receive_frame(bool read_spilled) const;
 
   UniqueFd socket_;
   std::size_t max_text_bytes_ = kDefaultMaxTextBytes;

@@ -22,8 +22,8 @@ namespace {
 
 // Messages read in one go before other workers get the strand.
 constexpr int kMessagesPerTurn = 32;
-// Frames from this size on are decoded on the long-step threads (a large result's values:
-// decoding and checking 200 MB of them takes seconds).
+// Frames from this size on are read, decoded and checked on the long-step threads (a large
+// result's values: 200 MB of them take seconds).
 constexpr std::size_t kLongFrameBytes = std::size_t{1} << 20;
 // How long a dead worker's exit notice may take before its job is answered without it.
 constexpr auto kExitNoticeGrace = std::chrono::milliseconds(500);
@@ -130,15 +130,19 @@ void WorkerHandle::read_turn() {
 // Takes one frame and handles it, or hands it to the long-step threads, after which
 // decoded() goes on (Took::stop, as after a violation or the handle's end).
 WorkerHandle::Took WorkerHandle::take_frame() {
-  auto frame = channel_.receive();
+  auto frame = channel_.receive_unread();
   if (!frame) {
     if (channel_.peer_closed()) return Took::closed;
     violation(frame.error().message);
     return Took::stop;
   }
   if (!*frame) return Took::nothing;
-  if (long_steps_ != nullptr && (*frame)->json.size() >= kLongFrameBytes) {
+  if (long_steps_ != nullptr && (*frame)->text_bytes() >= kLongFrameBytes) {
     decode_elsewhere(std::move(**frame));
+    return Took::stop;
+  }
+  if (auto read = Channel::read_spilled(**frame, channel_.max_text_bytes()); !read) {
+    violation(read.error().message);
     return Took::stop;
   }
   auto message = messages::decode((*frame)->json, (*frame)->fds.size());
@@ -154,8 +158,11 @@ void WorkerHandle::decode_elsewhere(Frame frame) {
   decoding_ = true;
   // The strand, keeping its io running until the frame comes back.
   auto home = boost::asio::prefer(strand_, boost::asio::execution::outstanding_work.tracked);
-  boost::asio::post(*long_steps_, [self = shared_from_this(), home, frame = std::move(frame)]() mutable {
-    Decoded decoded{messages::decode(frame.json, frame.fds.size()), std::move(frame.fds), std::nullopt};
+  boost::asio::post(*long_steps_, [self = shared_from_this(), home, frame = std::move(frame),
+                                    max_bytes = channel_.max_text_bytes()]() mutable {
+    Status read = Channel::read_spilled(frame, max_bytes);
+    Decoded decoded{read ? messages::decode(frame.json, frame.fds.size()) : std::unexpected(read.error()),
+                    std::move(frame.fds), std::nullopt};
     if (decoded.message)
       if (const auto* result = std::get_if<messages::RunResult>(&*decoded.message))
         decoded.checked = check_returned_values(result->results, result->part_sizes.size());

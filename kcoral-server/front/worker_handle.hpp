@@ -27,9 +27,10 @@
 // `serialization` at that return. The deadline stops while
 // the program waits for the GPU lease (lease waiting is not the program's time).
 //
-// A frame of a megabyte or more (a large result) is decoded, and a result's values checked,
-// on the long-step threads, not on the strand that every worker and the queue share:
-// reading 200 MB of returned values there held every other program's start for seconds.
+// A frame of a megabyte or more (a large result) is read from its memfd, decoded, and a
+// result's values checked, on the long-step threads, not on the strand that every worker
+// and the queue share: doing that for 200 MB of returned values there held every other
+// program's start for seconds.
 // The worker's next frames wait meanwhile, and so do its exit notice and a deadline that
 // passes: whatever it sent before them is handled first, as when it was decoded at once.
 // Used on the pool's strand only; lives as long as its pending operations.

@@ -1,7 +1,8 @@
 // Channel (kcoral-server/channel.cpp): framed JSON messages with descriptors over a
 // SOCK_SEQPACKET pair. Message boundaries, descriptors duplicated into the receiver,
 // texts over 48 KiB spilled into a memfd (and the exact boundary), the descriptor limit,
-// non-blocking receive, and a closed peer seen by both receive and send.
+// non-blocking receive, and a closed peer seen by both receive and send. A spilled text
+// left unread (receive_unread) is read later by read_spilled, which checks it again.
 #include <doctest/doctest.h>
 
 #include <cstdint>
@@ -202,6 +203,37 @@ TEST_CASE("a spilled text must come in a regular file, and a frame must say its 
   CHECK(refused.error().message.find("regular file") != std::string::npos);
   REQUIRE(::send(pair.a.fd(), "X{}", 3, 0) == 3);
   CHECK(!pair.b.receive().has_value());
+}
+
+TEST_CASE("a spilled text left unread is read later, and checked again then") {
+  auto fds = Channel::socket_pair();
+  REQUIRE(fds.has_value());
+  Channel sender(std::move(fds->first)), receiver(std::move(fds->second), 100000);
+  std::string text(60000, 's');
+  REQUIRE(sender.send(text).has_value());
+  REQUIRE(sender.send("small").has_value());
+  auto unread = receiver.receive_unread();
+  REQUIRE(unread.has_value());
+  REQUIRE(unread->has_value());
+  kcoral::Frame& frame = **unread;
+  CHECK(frame.json.empty());
+  CHECK(frame.spilled.valid());
+  CHECK(frame.text_bytes() == text.size());
+  REQUIRE(Channel::read_spilled(frame, receiver.max_text_bytes()).has_value());
+  CHECK(frame.json == text);
+  CHECK_FALSE(frame.spilled.valid());
+  auto inline_frame = receiver.receive_unread();  // an inline text comes read
+  REQUIRE(inline_frame.has_value());
+  CHECK((*inline_frame)->json == "small");
+  // A memfd grown past the limit after the frame came: refused when it is read.
+  UniqueFd grown = memfd_with(std::string(50000, 'g'));
+  send_spill_frame(sender.fd(), grown.get());
+  auto later = receiver.receive_unread();
+  REQUIRE(later.has_value());
+  REQUIRE(::ftruncate(grown.get(), 200000) == 0);
+  auto refused = Channel::read_spilled(**later, receiver.max_text_bytes());
+  REQUIRE_FALSE(refused.has_value());
+  CHECK(refused.error().message.find("exceeds the limit") != std::string::npos);
 }
 
 TEST_CASE("a frame that breaks the rules is an error, not a closed peer") {
