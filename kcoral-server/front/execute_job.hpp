@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "kcoral/blob.hpp"
 #include "kcoral/blob_store.hpp"
 #include "kcoral/codec.hpp"
 #include "kcoral/execute.hpp"
@@ -53,8 +54,21 @@ struct ExecuteJob {
   std::string client;      // the peer's address, for the event log
   std::uint64_t request_bytes = 0;
   // The program, its blobs (pinned in the cache while the job lives) and its limits, as
-  // admit_execute accepted them; the worker parses program_json again.
+  // admit_execute accepted them.
   AdmittedRequest admitted;
+  // The program's text as it came, in a sealed memfd of its own, which each worker that
+  // runs the job parses again (no escaping into a message): made by seal_program_text at
+  // admission, where a request's time may grow with its size, not at its dispatch on the
+  // pool's strand, which every program shares (a program's text may be 64 MiB).
+  UniqueFd program_text;
+  // Makes program_text of admitted.program_json, and lets the string go.
+  [[nodiscard]] Status seal_program_text() {
+    auto text = Blob::sealed_copy(std::as_bytes(std::span(admitted.program_json)));
+    if (!text) return std::unexpected(text.error());
+    program_text = std::move(*text);
+    std::string().swap(admitted.program_json);
+    return {};
+  }
   Clock::time_point received = Clock::now();
   // It ran once on a one-queue worker, and runs (or ran) again on one of CUDA's default
   // queues, because a benchmark() call of it ran on several streams (JobOutcome::multi_stream).

@@ -131,11 +131,17 @@ RouteResult admit(ExecuteRequestInfo info, ServerState& state, ExecuteRequest pa
     return answer_now(info, state, now->response, now->status, now->error ? &*now->error : nullptr,
                       now->program ? &*now->program : nullptr);
   auto job = std::make_shared<ExecuteJob>();
+  job->admitted = std::move(std::get<AdmittedRequest>(admitted));
+  if (auto sealed = job->seal_program_text(); !sealed) {
+    Error busy{ErrorKind::busy, "the server could not hold this program's text now (" + sealed.error().message +
+                                    "); retry later"};
+    return answer_now(info, state, encode_error(info.request_id, busy), ResponseStatus::error, &busy,
+                      &job->admitted.program);
+  }
   job->request_id = std::move(info.request_id);
   job->tenant = *info.tenant;
   job->client = std::move(info.client);
   job->request_bytes = info.request_bytes;
-  job->admitted = std::move(std::get<AdmittedRequest>(admitted));
   job->received = info.received;
   return {std::nullopt, std::move(job)};
 }

@@ -63,10 +63,8 @@ Status send_job(const Channel& channel, const ExecuteJob& job) {
     batch.sizes.push_back(blob.size());
   }
   if (auto status = flush(); !status) return status;
-  // The program's text as it came, in a memfd of its own: no escaping into the message.
-  auto program = Blob::sealed_copy(std::as_bytes(std::span(job.admitted.program_json)));
-  if (!program) return std::unexpected(program.error());
-  int text[] = {program->get()};
+  // The program's text as it came, in its memfd (ExecuteJob::program_text).
+  int text[] = {job.program_text.get()};
   return messages::send(channel,
                         messages::RunProgram{job.request_id, job.admitted.output_limit_bytes, job.admitted.max_returned_bytes},
                         text);

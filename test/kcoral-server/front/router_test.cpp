@@ -3,6 +3,8 @@
 // kind parse, CACHE_MISS, busy while stopping) or turned into a job with clamped timeout
 // and output limit, X-Request-ID handling, and finish_execute's responses and statuses.
 #include <doctest/doctest.h>
+#include <fcntl.h>
+#include <unistd.h>
 
 #include "kcoral/request_id.hpp"
 #include "kcoral-server/front/server_fixture.hpp"
@@ -226,7 +228,15 @@ TEST_CASE("a complete /execute becomes a job with defaults taken from the config
   REQUIRE(routed.job);
   const kcoral::ExecuteJob& job = *routed.job;
   CHECK(kcoral::is_canonical_request_id(job.request_id));
-  CHECK(job.admitted.program_json == program);
+  // The program's text, sealed in a memfd of its own at admission for the worker, not at
+  // its dispatch on the pool's strand.
+  REQUIRE(job.program_text.valid());
+  CHECK((::fcntl(job.program_text.get(), F_GET_SEALS) & F_SEAL_WRITE) != 0);
+  std::string text(program.size() + 1, '\0');
+  CHECK(::pread(job.program_text.get(), text.data(), text.size(), 0) == static_cast<ssize_t>(program.size()));
+  text.resize(program.size());
+  CHECK(text == program);
+  CHECK(job.admitted.program_json.empty());
   CHECK(job.admitted.program.instructions().size() == 1);
   CHECK(job.admitted.blobs.at(kcoral::sha256_hex("data")).view() == "data");
   CHECK(job.admitted.timeout_seconds == server.config.default_timeout_seconds);

@@ -38,6 +38,7 @@ inline std::shared_ptr<kcoral::ExecuteJob> make_job(double timeout_seconds = 30,
   job->admitted.blobs = std::move(built->blobs);
   job->admitted.timeout_seconds = timeout_seconds;
   job->admitted.max_returned_bytes = max_returned_bytes;
+  REQUIRE(job->seal_program_text().has_value());
   return job;
 }
 

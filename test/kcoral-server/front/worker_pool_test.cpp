@@ -51,6 +51,7 @@ std::shared_ptr<kcoral::ExecuteJob> make_job(const std::string& request_id, std:
   job->admitted.blobs = std::move(built->blobs);
   job->admitted.timeout_seconds = 30;
   job->admitted.max_returned_bytes = 1 << 20;
+  REQUIRE(job->seal_program_text().has_value());
   return job;
 }
 
