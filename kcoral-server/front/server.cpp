@@ -116,10 +116,11 @@ void fill_in_defaults(ServerConfig& config) {
   if (config.num_workers == 0) config.num_workers = cores;
   // Two: a lightly loaded server answers sooner with two than with one a core, since each
   // handler the threads share may wake another sleeping thread, and with idle cores that
-  // waits for a sleeping core (16 cores, one client's trivial programs: 0.10 ms median
-  // queue_ms and 0.6 ms of the front's CPU a program with 2 threads, 0.13 ms and 0.9 ms with
-  // 8; benchmarks/README.md, "The I/O threads"). Nothing long runs on them: what takes as
-  // long as a client or a worker makes it runs on the long-step threads (run_server).
+  // waits for a sleeping core (16 cores, one client's trivial programs on reused workers:
+  // 0.075 ms median queue_ms and 0.5 ms of the front's CPU a program with 2 threads, 0.115
+  // ms and 0.85 ms with 8; benchmarks/README.md, "The front's long steps"). Nothing long
+  // runs on them: what takes as long as a client or a worker makes it runs on the long-step
+  // threads (run_server).
   if (config.io_threads == 0) config.io_threads = 2;
   if (config.work_root.empty()) {
     const char* tmp = std::getenv("TMPDIR");
@@ -499,7 +500,6 @@ int run_server(ServerConfig config) {
   state.execute.max_gpus_per_program = state.gpu_count == 0 ? 0 : pool_config.max_gpus_per_program;
   state.event_log = logs->requests.get();
   state.anonymous_log = logs->anonymous.get();
-
   state.long_steps = &long_steps;
 
   if (auto started = pool.start(); !started) return fail_start({1, started.error().message});
