@@ -34,6 +34,13 @@ struct JobOutcome {
   bool multi_stream = false;
 };
 
+// From this many bytes, a step whose time grows with what a client or a worker sent runs on
+// the front's long-step threads, never on the I/O threads or the pool's strand: admitting a
+// body of that size, loading or copying that many bytes of blobs for a program, encoding an
+// answer whose text is that long (router.hpp), reading and decoding a worker's frame that
+// long (worker_handle.hpp).
+inline constexpr std::uint64_t kLongStepBytes = std::uint64_t{1} << 20;
+
 // Seconds (a flag's value) as a timer's duration.
 inline std::chrono::steady_clock::duration seconds_duration(double seconds) {
   return std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(seconds));

@@ -131,12 +131,11 @@ void record_start_failure(EventLog* log, const StartFailureRecord& record);
 [[nodiscard]] std::optional<std::size_t> tenant_of(const boost::beast::http::request_header<>& header,
                                                    const ServerState& state);
 // Steps of a request whose time grows with what its client or its worker sent, which the
-// session hands to ServerState::long_steps: admitting a body from kLongStepBytes (its
-// multipart scan, the wait for its parts' hashes, its blobs' copies); the rest of an
-// admission that loads that much from the disk cache (hashed again: a quarter of a second
-// for 256 MiB) or copies it (RouteResult::rest); encoding an answer whose text is that
-// large (its returned values, its output).
-inline constexpr std::uint64_t kLongStepBytes = std::uint64_t{1} << 20;
+// session hands to ServerState::long_steps: admitting a body from kLongStepBytes
+// (execute_job.hpp; its multipart scan, the wait for its parts' hashes, its blobs'
+// copies); the rest of an admission that loads that much from the disk cache (hashed
+// again: a quarter of a second for 256 MiB) or copies it (RouteResult::rest); encoding an
+// answer whose text is that large (its returned values, its output).
 [[nodiscard]] bool admission_takes_long(const HttpRequest& request);
 [[nodiscard]] bool answer_takes_long(const JobOutcome& outcome);
 [[nodiscard]] HttpResponse finish_execute(const ExecuteJob& job, JobOutcome outcome,

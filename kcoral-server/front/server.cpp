@@ -486,8 +486,8 @@ int run_server(ServerConfig config) {
   };
   auto [compile_caches, compile_caches_line] = open_compile_caches(config);
   pool_config.compile_caches = compile_caches.get();
-  // The steps that grow with what a client or a worker sent (router.hpp, kLongStepBytes;
-  // worker_handle.hpp), never on the I/O threads or the pool's strand. One a core, 2 to 4:
+  // The steps that grow with what a client or a worker sent (execute_job.hpp,
+  // kLongStepBytes), never on the I/O threads or the pool's strand. One a core, 2 to 4:
   // as many as the in-flight limit lets the largest bodies in at once by default.
   boost::asio::thread_pool long_steps(std::clamp(std::thread::hardware_concurrency(), 2u, 4u));
   pool_config.long_steps = &long_steps;

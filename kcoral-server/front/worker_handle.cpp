@@ -22,9 +22,6 @@ namespace {
 
 // Messages read in one go before other workers get the strand.
 constexpr int kMessagesPerTurn = 32;
-// Frames from this size on are read, decoded and checked on the long-step threads (a large
-// result's values: 200 MB of them take seconds).
-constexpr std::size_t kLongFrameBytes = std::size_t{1} << 20;
 // How long a dead worker's exit notice may take before its job is answered without it.
 constexpr auto kExitNoticeGrace = std::chrono::milliseconds(500);
 
@@ -135,7 +132,8 @@ WorkerHandle::Took WorkerHandle::take_frame() {
     return Took::stop;
   }
   if (!*frame) return Took::nothing;
-  if (long_steps_ != nullptr && (*frame)->text_bytes() >= kLongFrameBytes) {
+  // From kLongStepBytes (a large result's values: 200 MB of them take seconds).
+  if (long_steps_ != nullptr && (*frame)->text_bytes() >= kLongStepBytes) {
     decode_elsewhere(std::move(**frame));
     return Took::stop;
   }
