@@ -21,8 +21,8 @@ from typing import Any, ParamSpec, overload
 
 import httpx
 
-from kcoral._body import ACCEPT_ENCODING, read_body
-from kcoral._codec import Body, loads_json
+from kcoral._body import ACCEPT_ENCODING, Received, read_body
+from kcoral._codec import loads_json
 from kcoral._deadline import Deadline, DeadlineTransport, within
 from kcoral._errors import DeadlineExceeded, ProtocolError, TransportError
 from kcoral._program import Program
@@ -207,7 +207,7 @@ class Client:
                 },
             )
             outcome = decode_response(
-                status_code, headers.get("content-type"), answer, headers.get
+                status_code, headers.get("content-type"), answer.body, headers.get, answer.digests
             )
             if isinstance(outcome, ProgramResult):
                 return outcome
@@ -288,7 +288,7 @@ class Client:
         deadline = Deadline.after(
             read_timeout if self._deadline_seconds is None else self._deadline_seconds
         )
-        status_code, headers, body = self._exchange(
+        status_code, headers, (body, _) = self._exchange(
             "GET", "/health", deadline, read_timeout, HEALTH_MAX_RESPONSE_BYTES
         )
         if status_code != 200:
@@ -330,7 +330,7 @@ class Client:
         read_seconds: float | None,
         limit: int,
         **kwargs: Any,
-    ) -> tuple[int, httpx.Headers, Body]:
+    ) -> tuple[int, httpx.Headers, Received]:
         """One request and its whole answer, (status, headers, decoded body), by ``deadline``.
 
         The answer of a 200 may hold ``limit`` bytes; an error answer's first
@@ -354,7 +354,7 @@ class Client:
                 method, path, timeout=timeout, **kwargs
             ) as response:
                 ok = response.status_code == 200
-                body = read_body(
+                received = read_body(
                     response,
                     limit if ok else ERROR_BODY_BYTES,
                     what,
@@ -367,7 +367,7 @@ class Client:
                     if path == "/execute"
                     else "",
                 )
-                return response.status_code, response.headers, body
+                return response.status_code, response.headers, received
         except httpx.HTTPError as error:
             if deadline.passed():
                 raise DeadlineExceeded(

@@ -13,6 +13,7 @@ import mmap
 import re
 import reprlib
 import secrets
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -141,11 +142,13 @@ def _json_copy(value: Any, where: str, active: set[int]) -> Any:
 
 @dataclass(frozen=True)
 class Part:
-    """One multipart/form-data part: its form name, media type and payload."""
+    """One multipart/form-data part: its form name, media type and payload, and the
+    payload's SHA-256 where it was computed already (while the body was received)."""
 
     name: str
     content_type: str
     data: bytes | memoryview
+    sha256: str | None = None
 
 
 def parse_header_value(value: str) -> tuple[str, dict[str, str]]:
@@ -220,12 +223,16 @@ def multipart_chunks(parts: list[Part]) -> tuple[str, list[bytes | memoryview]]:
     return f"multipart/form-data; boundary={boundary}", chunks
 
 
-def decode_multipart(content_type: str, body: Body) -> list[Part]:
+def decode_multipart(
+    content_type: str, body: Body, digests: Mapping[tuple[int, int], str] | None = None
+) -> list[Part]:
     """Parse a multipart/form-data body with CRLF framing; ValueError when malformed.
 
     Every part must carry exactly one ``Content-Disposition: form-data; name=...`` and one
     ``Content-Type``. A preamble and an epilogue are ignored, as RFC 2046 asks. Each part's
     data is a view of ``body``, not a copy: its reader copies out what it keeps.
+    ``digests`` are SHA-256 computed beforehand by (start, end) offset in ``body``; a part
+    whose payload lies at exactly such a range carries that digest as its ``sha256``.
     """
     media_type, params = parse_header_value(content_type)
     boundary = params.get("boundary", "")
@@ -256,14 +263,15 @@ def decode_multipart(content_type: str, body: Body) -> list[Part]:
         if payload_end < 0:
             raise ValueError("multipart part is not terminated by a boundary")
         payload = memoryview(body)[payload_start:payload_end]
-        parts.append(_make_part(bytes(header_block), payload))
+        digest = digests.get((payload_start, payload_end)) if digests else None
+        parts.append(_make_part(bytes(header_block), payload, digest))
         position = payload_end + 2 + len(delimiter)
     if not parts:
         raise ValueError("multipart body has no parts")
     return parts
 
 
-def _make_part(header_block: bytes, data: memoryview) -> Part:
+def _make_part(header_block: bytes, data: memoryview, sha256: str | None) -> Part:
     headers: dict[str, str] = {}
     for line in header_block.decode("utf-8").split("\r\n") if header_block else []:
         name, colon, value = line.partition(":")
@@ -282,4 +290,4 @@ def _make_part(header_block: bytes, data: memoryview) -> Part:
     if encoding not in ("binary", "8bit"):
         raise ValueError(f"unsupported Content-Transfer-Encoding {shown(encoding)}")
     content_type, _ = parse_header_value(headers["content-type"])
-    return Part(params["name"], content_type, data)
+    return Part(params["name"], content_type, data, sha256)

@@ -18,7 +18,8 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from kcoral._codec import Body, decode_multipart, is_sha256_hex, loads_json, sha256_hex
+from kcoral._body import bytes_copy
+from kcoral._codec import Body, Part, decode_multipart, is_sha256_hex, loads_json, sha256_hex
 from kcoral._codec import shown as _shown
 from kcoral._errors import (
     PROGRAM_ERROR_KINDS,
@@ -28,6 +29,7 @@ from kcoral._errors import (
     server_error,
 )
 from kcoral._files import ReturnedFile, ReturnedFolder, check_manifest
+from kcoral._part_hasher import PartDigests
 from kcoral._program import DTYPE_ITEM_SIZES
 
 _ERROR_FIELDS = {
@@ -104,15 +106,17 @@ def decode_response(
     content_type: str | None,
     body: Body,
     headers_get: Callable[[str], str | None],
+    digests: PartDigests | None = None,
 ) -> CacheMiss | ProgramResult:
     """Decode one /execute response; raises ServerError (HTTP errors) or ProtocolError.
 
     ``headers_get`` looks up a response header by lowercase name (``None`` when absent);
     it supplies ``Retry-After`` and the ``X-Request-ID`` fallback for error bodies.
+    ``digests``: the SHA-256 of payloads hashed while the body arrived, by offset range.
     """
     if status_code != 200:
         raise error_from_response(status_code, body, headers_get)
-    document, parts = _split_body(content_type, body)
+    document, parts = _split_body(content_type, body, digests)
     status = document.get("status")
     if status == "CACHE_MISS":
         if parts:
@@ -161,17 +165,17 @@ def error_from_response(
 
 
 def _split_body(
-    content_type: str | None, body: Body
-) -> tuple[dict[str, Any], dict[str, bytes | memoryview]]:
+    content_type: str | None, body: Body, digests: PartDigests | None
+) -> tuple[dict[str, Any], dict[str, Part]]:
     """(result document, binary parts by name) of a 200 response."""
     media_type = (content_type or "").partition(";")[0].strip().lower()
-    parts: dict[str, bytes | memoryview] = {}
+    parts: dict[str, Part] = {}
     raw: Body | memoryview
     if media_type == "application/json":
         raw = body
     elif media_type == "multipart/form-data":
         try:
-            first, *rest = decode_multipart(content_type or "", body)
+            first, *rest = decode_multipart(content_type or "", body, digests)
         except ValueError as error:
             raise ProtocolError(f"malformed multipart response: {error}") from error
         if first.name != "result" or first.content_type != "application/json":
@@ -185,7 +189,7 @@ def _split_body(
                 raise ProtocolError(
                     f"response part {_shown(part.name)} is not application/octet-stream"
                 )
-            parts[part.name] = part.data
+            parts[part.name] = part
     else:
         raise ProtocolError(f"unexpected response content type {_shown(content_type)}")
     try:
@@ -209,7 +213,7 @@ def _cache_miss(document: dict[str, Any]) -> CacheMiss:
     return CacheMiss(request_id, frozenset(missing))
 
 
-def _program_result(document: dict[str, Any], parts: dict[str, bytes | memoryview]) -> ProgramResult:
+def _program_result(document: dict[str, Any], parts: dict[str, Part]) -> ProgramResult:
     # Top-level fields beyond the protocol's are ignored, so a server may add metadata
     # without breaking clients; everything the protocol defines is checked.
     encoded = _typed(document, "results", dict)
@@ -304,7 +308,7 @@ def _fields(node: dict[str, Any], *names: str) -> None:
         raise ValueError(f"a {_shown(node['type'])} value has fields {_shown(sorted(node))}")
 
 
-def _decode_value(node: Any, parts: dict[str, bytes | memoryview], used: list[str]) -> Any:
+def _decode_value(node: Any, parts: dict[str, Part], used: list[str]) -> Any:
     """Decode one node of the typed value tree; ``used`` collects parts in visiting order."""
     if not isinstance(node, dict) or not isinstance(node.get("type"), str):
         raise ValueError("a value is not an object with a 'type'")
@@ -329,10 +333,10 @@ def _decode_value(node: Any, parts: dict[str, bytes | memoryview], used: list[st
         return {key: _decode_value(child, parts, used) for key, child in node["value"].items()}
     if kind == "bytes":
         _fields(node, "part", "sha256")
-        return _take_part(node, parts, used, bytes)
+        return _take_part(node, parts, used, bytes_copy)
     if kind == "file":
         _fields(node, "size", "part", "sha256")
-        data = _take_part(node, parts, used, bytes)
+        data = _take_part(node, parts, used, bytes_copy)
         size = node["size"]
         if isinstance(size, bool) or not isinstance(size, int) or size != len(data):
             raise ValueError(
@@ -373,20 +377,21 @@ def _is_scalar(kind: str, value: Any) -> bool:
 
 _Value = TypeVar("_Value")
 
-# Parts at least this large are hashed on a thread of their own while they are copied out of
-# the response (hashlib lets go of the GIL while it hashes), so that the copy costs no time
-# beside the hash.
+# Parts at least this large, not hashed while the answer arrived, are hashed on a thread of
+# their own while they are copied out of the response (hashlib lets go of the GIL while it
+# hashes), so that the copy costs no time beside the hash.
 _HASHED_ALONGSIDE_BYTES = 1 << 20
 
 
 def _take_part(
     node: dict[str, Any],
-    parts: dict[str, bytes | memoryview],
+    parts: dict[str, Part],
     used: list[str],
     materialize: Callable[[bytes | memoryview], _Value],
 ) -> _Value:
     """A binary node's value, ``materialize`` of its part, checking depth-first numbering,
-    single use and digest (whose mismatch is the error, whatever ``materialize`` says)."""
+    single use and digest (whose mismatch is the error, whatever ``materialize`` says).
+    The part's digest is computed here unless it was while the answer arrived."""
     name = node["part"]
     # Numbering by visiting order also makes a second reference to a part impossible.
     if name != f"return:{len(used)}":
@@ -396,13 +401,13 @@ def _take_part(
         )
     if name not in parts:
         raise ValueError(f"binary part {_shown(name)} is missing from the response")
-    data = parts[name]
+    data, known = parts[name].data, parts[name].sha256
     digest = node["sha256"]
     if not is_sha256_hex(digest):
         raise ValueError(f"binary part {_shown(name)} does not match its sha256")
     failure: ValueError | None = None
-    if len(data) < _HASHED_ALONGSIDE_BYTES:
-        matches = sha256_hex(data) == digest
+    if known is not None or len(data) < _HASHED_ALONGSIDE_BYTES:
+        matches = (known or sha256_hex(data)) == digest
         if matches:
             value = materialize(data)
     else:

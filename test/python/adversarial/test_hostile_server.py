@@ -24,7 +24,9 @@ from typing import Any
 
 import pytest
 
+import kcoral._body
 import kcoral._client
+import kcoral._result
 from kcoral import Client, DeadlineExceeded, Program, ProtocolError, TransportError, _cli
 from kcoral._codec import Part, encode_multipart, sha256_hex
 
@@ -554,3 +556,77 @@ def test_kcoral_run_shows_a_failed_programs_error_and_traceback_escaped(hostile,
     assert failure is None and code == 1
     err = capsys.readouterr().err
     assert "\x1b" not in err and "boom\\x1b[2J" in err and "tb\\x1b]0;x\\x07" in err
+
+
+# -- answers hashed while they arrive ----------------------------------------------------------
+#
+# Where the client may use several cores, a large multipart answer's parts are hashed while
+# it arrives (kcoral._part_hasher), whatever the body says of itself: forced on here.
+
+
+@pytest.fixture
+def hashed_while_received(monkeypatch):
+    monkeypatch.setattr(kcoral._body, "HASH_WHILE_RECEIVING_CORES", 1)
+    yield
+    hashers = [thread for thread in threading.enumerate() if thread.name == "kcoral-part-hasher"]
+    assert not hashers, "the hasher's thread outlived the call"
+
+
+@pytest.mark.parametrize("name", [name for name in MALFORMED if "mapped" in name])
+def test_a_malformed_answer_hashed_while_it_arrives_is_a_protocol_error(
+    hostile, hashed_while_received, name
+):
+    body, content_type = MALFORMED[name]
+    server = hostile(answer_with(body, content_type))
+    with Client(server.url) as client:
+        _, error, _ = run_within(20, lambda: client.execute(program()))
+    assert isinstance(error, ProtocolError), repr(error)
+    if "sha256" in name:
+        assert "does not match its sha256" in str(error), str(error)
+
+
+def test_a_large_answer_hashed_while_it_arrives_is_checked_by_that_hash(
+    hostile, hashed_while_received, monkeypatch
+):
+    data = bytes(range(256)) * (24 * MiB // 256)
+    node = {"type": "bytes", "part": "return:0", "sha256": sha256_hex(data)}
+    body, content_type = multipart(completed({"b": node, "c": {**node, "part": "return:1"}}), data, data)
+    hashed_after: list[int] = []
+    real = kcoral._result.sha256_hex
+    monkeypatch.setattr(kcoral._result, "sha256_hex", lambda b: hashed_after.append(len(b)) or real(b))
+    server = hostile(answer_with(body, content_type))
+    with Client(server.url) as client:
+        result, error, _ = run_within(60, lambda: client.execute(program()))
+    assert error is None, repr(error)
+    assert result["b"] == data and result["c"] == data
+    assert hashed_after == []  # both parts' digests came from the receiving
+
+
+def test_a_preamble_dressed_as_a_part_is_hashed_but_never_taken(hostile, hashed_while_received):
+    """A preamble holding "--boundary" and a blank line: the hasher takes it for a part and
+    hashes it; the decoder, which skips a preamble up to the first delimiter after CRLF,
+    never sees that part, and the real one comes back as it was sent."""
+    data = bytes(range(256)) * (5 * MiB // 256)
+    node = {"type": "bytes", "part": "return:0", "sha256": sha256_hex(data)}
+    body, content_type = multipart(completed({"b": node}), data)
+    boundary = content_type.split("boundary=")[1].encode()
+    body = b"x--" + boundary + b"\r\n\r\n" + bytes(MiB) + b"\r\n" + body
+    server = hostile(answer_with(body, content_type))
+    with Client(server.url) as client:
+        result, error, _ = run_within(60, lambda: client.execute(program()))
+    assert error is None, repr(error)
+    assert result["b"] == data
+
+
+def test_an_answer_that_stops_midway_while_hashed_ends_at_the_deadline(hostile, hashed_while_received):
+    def answer(exchange: Exchange) -> bool:
+        exchange.read_body()
+        exchange.send(head(Content_Type="multipart/form-data; boundary=b", Content_Length=64 * MiB))
+        exchange.send(b'--b\r\nContent-Disposition: form-data; name="result"\r\n\r\n' + bytes(8 * MiB))
+        time.sleep(10)
+        return False
+
+    server = hostile(answer)
+    with Client(server.url, deadline_seconds=2) as client:
+        _, error, _ = run_within(20, lambda: client.execute(program()))
+    assert isinstance(error, (DeadlineExceeded, TransportError)), repr(error)

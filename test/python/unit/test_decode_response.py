@@ -499,3 +499,51 @@ def test_protocol_errors_quote_the_answer_briefly(document):
     with pytest.raises(ProtocolError) as info:
         respond(document, [b""] if "x" in document.get("results", {}) else [])
     assert len(str(info.value)) < 1000
+
+
+# -- digests computed while the answer arrived (kcoral._part_hasher) -----------------------
+
+
+def encoded(data: bytes) -> tuple[str, bytes, tuple[int, int]]:
+    """(content type, multipart body, the payload's range) of one bytes value ``data``."""
+    document = json.dumps(envelope({"b": binary("bytes", 0, data)})).encode()
+    content_type, body = encode_multipart([
+        Part("result", "application/json", document),
+        Part("return:0", "application/octet-stream", data),
+    ])
+    start = body.index(data)
+    return content_type, body, (start, start + len(data))
+
+
+@pytest.fixture
+def hashes_after(monkeypatch) -> list[int]:
+    """The sizes of what the decoder itself hashes."""
+    import kcoral._result
+
+    hashed: list[int] = []
+    real = kcoral._result.sha256_hex
+    monkeypatch.setattr(kcoral._result, "sha256_hex", lambda data: hashed.append(len(data)) or real(data))
+    return hashed
+
+
+@pytest.mark.parametrize("size", [10, 3 << 20])
+def test_a_digest_for_exactly_the_parts_range_is_taken_without_hashing_again(hashes_after, size):
+    data = bytes(range(256)) * (size // 256) + b"x" * (size % 256)
+    content_type, body, span = encoded(data)
+    result = decode_response(200, content_type, body, no_headers, {span: sha256_hex(data)})
+    assert result["b"] == data and hashes_after == []
+
+
+def test_digests_of_other_ranges_are_ignored(hashes_after):
+    data = b"payload"
+    content_type, body, (start, end) = encoded(data)
+    others = {(start, end + 1): sha256_hex(data), (start - 1, end): sha256_hex(data)}
+    assert decode_response(200, content_type, body, no_headers, others)["b"] == data
+    assert hashes_after == [len(data)]
+
+
+def test_a_wrong_digest_for_the_parts_range_is_a_mismatch_never_a_pass():
+    data = b"payload"
+    content_type, body, span = encoded(data)
+    with pytest.raises(ProtocolError, match="does not match its sha256"):
+        decode_response(200, content_type, body, no_headers, {span: sha256_hex(b"other")})

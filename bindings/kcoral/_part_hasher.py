@@ -1,0 +1,126 @@
+"""Hashing the parts of a large multipart answer on a thread while its bytes arrive.
+
+The client checks every binary part of an answer against its SHA-256 name. Hashed after
+the body's last byte, a 64 MiB part adds the hash's whole time to the call (43-54 ms on
+the machines measured); hashed while the body arrives, on a core the receiving leaves
+idle, it adds almost none.
+
+:class:`PartHasher` follows a body being received into one buffer: told how far the bytes
+have come, its thread has a :class:`PartFollower` find the parts (a line with the boundary, header lines up to a
+blank one, then the payload up to the next delimiter) and hashes each payload as far as
+it can yet be sure the payload goes. Nothing it finds is trusted: its digests are keyed
+by each payload's exact range in the body, and the decoder, which parses and judges the
+whole body itself afterwards, takes a digest only for a part it finds at that very
+range, and hashes any other. A hostile body costs at most one hash of its bytes: the
+ranges hashed never overlap.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import mmap
+import threading
+from collections.abc import Mapping
+
+# The SHA-256 of payloads by their (start, end) offsets in the body.
+PartDigests = Mapping[tuple[int, int], str]
+
+
+class PartHasher:
+    """Hashes the payloads of a multipart body in ``buffer``, up to where it has arrived.
+
+    The receiver calls :meth:`advance` with the length received so far (only ever
+    growing), then :meth:`finish` once the whole body is there, which waits for the
+    thread and returns the digests; or :meth:`stop` when the body will not be used.
+    """
+
+    def __init__(self, buffer: mmap.mmap | bytearray, boundary: bytes) -> None:
+        self._follower = PartFollower(buffer, boundary)
+        self._arrived = 0
+        self._last = False  # no more bytes will arrive
+        self._stopped = False
+        self._changed = threading.Condition()
+        self._thread = threading.Thread(target=self._run, name="kcoral-part-hasher", daemon=True)
+        self._thread.start()
+
+    def advance(self, arrived: int) -> None:
+        with self._changed:
+            self._arrived = arrived
+            self._changed.notify()
+
+    def finish(self) -> PartDigests:
+        with self._changed:
+            self._last = True
+            self._changed.notify()
+        self._thread.join()
+        return self._follower.digests
+
+    def stop(self) -> None:
+        with self._changed:
+            self._last = self._stopped = True
+            self._changed.notify()
+        self._thread.join()
+
+    def _run(self) -> None:
+        arrived, last = 0, False
+        try:
+            while not last:
+                with self._changed:
+                    while self._arrived <= arrived and not self._last:
+                        self._changed.wait()
+                    if self._stopped:
+                        return
+                    arrived, last = self._arrived, self._last
+                self._follower.feed(arrived)
+        finally:
+            self._follower.close()
+
+
+class PartFollower:
+    """The parts of a multipart body found, and their payloads hashed, as it arrives: each
+    :meth:`feed` takes the bytes up to where the body has come. One thread at a time."""
+
+    def __init__(self, buffer: mmap.mmap | bytearray, boundary: bytes) -> None:
+        self.digests: dict[tuple[int, int], str] = {}
+        self._find = buffer.find
+        self._view = memoryview(buffer)
+        self._dash = b"--" + boundary
+        self._delimiter = b"\r\n" + self._dash
+        self._position = 0  # where the next search starts
+        self._payload = -1  # where the payload being hashed starts; -1 between payloads
+        self._headers = False  # a boundary line was found, its headers not yet ended
+        self._hasher = hashlib.sha256()
+        self._hashed = 0  # the payload is hashed up to here
+
+    def feed(self, arrived: int) -> None:
+        """Go on through the body's first ``arrived`` bytes (never fewer than before)."""
+        find, delimiter = self._find, self._delimiter
+        while True:
+            if self._payload < 0 and not self._headers:
+                found = find(self._dash, self._position, arrived)
+                if found < 0:
+                    self._position = max(self._position, arrived - len(self._dash) + 1)
+                    return
+                self._position, self._headers = found + len(self._dash), True
+            if self._headers:
+                found = find(b"\r\n\r\n", self._position, arrived)
+                if found < 0:
+                    self._position = max(self._position, arrived - 3)
+                    return
+                self._payload = self._position = self._hashed = found + 4
+                self._headers, self._hasher = False, hashlib.sha256()
+            end = find(delimiter, self._position, arrived)
+            # Short of a delimiter, the payload goes at least to where one could begin.
+            reach = end if end >= 0 else max(self._hashed, arrived - len(delimiter) + 1)
+            if reach > self._hashed:
+                self._hasher.update(self._view[self._hashed : reach])  # lets the GIL go
+                self._hashed = reach
+            if end < 0:
+                self._position = reach
+                return
+            self.digests[(self._payload, end)] = self._hasher.hexdigest()
+            self._payload, self._position = -1, end + 2
+
+    def close(self) -> None:
+        """Let go of the buffer (a mapping cannot be closed while a view of it exists)."""
+        self._view.release()

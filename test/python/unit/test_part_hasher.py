@@ -1,0 +1,128 @@
+"""The client's hashing of an answer's parts while it arrives (kcoral._part_hasher).
+
+What it finds is a hint: the decoder takes a digest only for a part at exactly its range.
+So what must hold, for any bytes however cut into arrivals, is that every digest it gives
+is the SHA-256 of exactly its range, that it finds the payloads of a well-formed body, and
+that it ends (at once when stopped) however hostile the bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import mmap
+import random
+import threading
+
+import pytest
+
+from kcoral._codec import Part, decode_multipart, encode_multipart
+from kcoral._part_hasher import PartFollower, PartHasher
+
+MiB = 1 << 20
+
+
+def follow(body: bytes, boundary: bytes, cuts: list[int]) -> dict[tuple[int, int], str]:
+    """The digests found by a follower fed ``body`` up to each of ``cuts`` in turn."""
+    buffer = mmap.mmap(-1, max(len(body), 1))
+    follower = PartFollower(buffer, boundary)
+    arrived = 0
+    for cut in [*cuts, len(body)]:
+        buffer[arrived:cut] = body[arrived:cut]
+        arrived = cut
+        follower.feed(arrived)
+    follower.close()
+    return follower.digests
+
+
+def random_cuts(rng: random.Random, size: int, count: int) -> list[int]:
+    return sorted(rng.randrange(size + 1) for _ in range(count))
+
+
+def assert_exact(body: bytes, digests: dict[tuple[int, int], str]) -> None:
+    hashed = 0
+    for (start, end), digest in sorted(digests.items()):
+        assert hashed <= start <= end <= len(body)  # ranges never overlap
+        assert digest == hashlib.sha256(body[start:end]).hexdigest()
+        hashed = end
+
+
+def well_formed(rng: random.Random, sizes: list[int]) -> tuple[bytes, bytes, list[Part]]:
+    parts = [Part("result", "application/json", b'{"status": "COMPLETED"}')]
+    parts += [
+        Part(f"return:{i}", "application/octet-stream", rng.randbytes(size))
+        for i, size in enumerate(sizes)
+    ]
+    content_type, body = encode_multipart(parts)
+    return body, content_type.split("boundary=")[1].encode(), parts
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_it_finds_each_payload_of_a_well_formed_body_however_it_arrives(seed):
+    rng = random.Random(seed)
+    body, boundary, _ = well_formed(rng, [rng.choice([0, 1, 100, MiB + 7, 3 * MiB]) for _ in range(3)])
+    cuts = random_cuts(rng, len(body), rng.choice([0, 3, 50, 500]))
+    digests = follow(body, boundary, cuts)
+    assert_exact(body, digests)
+    decoded = decode_multipart(f"multipart/form-data; boundary={boundary.decode()}", body, digests)
+    assert all(part.sha256 == hashlib.sha256(part.data).hexdigest() for part in decoded)
+
+
+def test_arrivals_that_cut_through_every_delimiter_still_find_the_payloads():
+    rng = random.Random(1)
+    body, boundary, _ = well_formed(rng, [5000, 7000])
+    delimiter = b"\r\n--" + boundary
+    cuts = []
+    at = body.find(delimiter)
+    while at >= 0:
+        cuts += range(at, at + len(delimiter) + 1)  # a byte at a time through each delimiter
+        at = body.find(delimiter, at + 1)
+    digests = follow(body, boundary, cuts)
+    assert_exact(body, digests)
+    assert len(digests) == 3
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_any_bytes_give_only_exact_digests(seed):
+    """Mangled bodies: boundaries cut, doubled, with no headers' end, stray delimiters."""
+    rng = random.Random(seed)
+    body, boundary, _ = well_formed(rng, [rng.randrange(3000) for _ in range(rng.randrange(4))])
+    mangled = bytearray(body)
+    pieces = [b"--" + boundary, b"\r\n--" + boundary, b"\r\n\r\n", b"\r\n", b"--", boundary[:5]]
+    for _ in range(rng.randrange(1, 12)):
+        at = rng.randrange(len(mangled) + 1)
+        if rng.random() < 0.5:
+            mangled[at:at] = rng.choice(pieces)
+        else:
+            del mangled[at : at + rng.randrange(1, 40)]
+    data = bytes(mangled)
+    assert_exact(data, follow(data, boundary, random_cuts(rng, len(data), rng.randrange(30))))
+
+
+def test_megabytes_of_delimiters_and_of_nothing_end_with_each_byte_hashed_at_most_once():
+    boundary = b"b"
+    for data in (b"\r\n--b" * (2 * MiB), b"--b\r\n\r\n" + b"\x00" * (16 * MiB), b"--b" * MiB):
+        digests = follow(data, boundary, list(range(0, len(data), 64 << 10)))
+        assert_exact(data, digests)
+        assert sum(end - start for start, end in digests) <= len(data)
+
+
+def test_the_thread_gives_what_the_follower_finds():
+    rng = random.Random(2)
+    body, boundary, _ = well_formed(rng, [3 * MiB, 10, 2 * MiB])
+    buffer = mmap.mmap(-1, len(body))
+    hasher = PartHasher(buffer, boundary)
+    for at in range(0, len(body), 256 << 10):
+        buffer[at : at + (256 << 10)] = body[at : at + (256 << 10)]
+        hasher.advance(min(len(body), at + (256 << 10)))
+    assert hasher.finish() == follow(body, boundary, [])
+    buffer.close()  # the thread let go of its view
+
+
+def test_stop_ends_the_thread_mid_body():
+    buffer = mmap.mmap(-1, 64 * MiB)
+    buffer[: 32 * MiB] = b"--b\r\n\r\n" + bytes(32 * MiB - 7)
+    before = threading.active_count()
+    hasher = PartHasher(buffer, b"b")
+    hasher.advance(32 * MiB)
+    hasher.stop()  # joins the thread: the test would hang here otherwise
+    assert threading.active_count() == before
