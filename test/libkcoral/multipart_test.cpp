@@ -5,6 +5,8 @@
 #include <doctest/doctest.h>
 
 #include <random>
+#include <set>
+#include <string>
 
 #include "kcoral/multipart.hpp"
 
@@ -232,3 +234,26 @@ TEST_CASE("media_type lowercases the type and drops parameters and spaces") {
 }
 
 }  // TEST_SUITE
+
+TEST_CASE("a boundary is 128 bits of hex, drawn afresh for each body") {
+  std::set<std::string> boundaries;
+  for (int i = 0; i < 64; ++i) {
+    auto encoded = kcoral::encode_multipart({{"a", "t/t", "x"}});
+    std::string boundary = encoded.content_type.substr(encoded.content_type.find('=') + 1);
+    REQUIRE(boundary.size() == 7 + 32);
+    CHECK(boundary.rfind("kcoral-", 0) == 0);
+    CHECK(boundary.find_first_not_of("0123456789abcdef", 7) == std::string::npos);
+    boundaries.insert(boundary);
+  }
+  CHECK(boundaries.size() == 64);
+}
+
+TEST_CASE("a part of megabytes is framed as any other and parses back") {
+  std::string large(3 << 20, 'z');
+  large.replace(1 << 20, 9, "\r\n--kcor");  // partial delimiters are only data
+  auto encoded = kcoral::encode_multipart({{"result", "application/json", "{}"}, {"return:0", "x/y", large}});
+  auto parsed = parse_multipart(encoded.content_type, encoded.body, {});
+  REQUIRE(parsed.has_value());
+  REQUIRE(parsed->size() == 2);
+  CHECK((*parsed)[1].data == large);
+}

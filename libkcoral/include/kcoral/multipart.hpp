@@ -47,7 +47,8 @@ struct EncodedMultipart {
   std::string body;
 };
 
-// Encodes parts with a fresh random boundary that occurs in none of them.
+// Encodes parts with a fresh random boundary (128 bits) that occurs in none of them: parts up
+// to 1 MiB are searched for it, larger ones trust its chance (2^-102 in 64 MiB).
 [[nodiscard]] EncodedMultipart encode_multipart(const std::vector<OutgoingPart>& parts);
 
 // The same framing without the parts' data, for a body that sends the data from where it
