@@ -42,6 +42,12 @@
 #                                    cores): ours with fresh and with reused workers beside the
 #                                    reference's; needs .gpu-carry/reference and .gpu-carry/wheels;
 #                                    ROUNDTRIP_ARGS adds to its flags
+#   benchmarks/gpu/run.sh large-data 64 MiB up and back on CPU servers of this machine (16 cores):
+#                                    where a round's time goes (benchmarks/large_data_phases.py),
+#                                    an earlier tree's client and server beside this one's where
+#                                    .gpu-carry/old-tree holds it, and roundtrip.py's large data
+#                                    beside the reference's; needs .gpu-carry/reference and
+#                                    .gpu-carry/wheels; PHASES_ARGS adds to the phases' flags
 #   benchmarks/gpu/run.sh worker-cpu benchmarks/worker_cpu.py on CPU servers of this machine (16
 #                                    cores): the CPU of a fresh worker, the front's and the worker
 #                                    parent's shares, with torch and triton preloaded and without;
@@ -161,6 +167,17 @@ nvcc -O3 -std=c++17 -arch=sm_90a benchmarks/gpu/raw_cupti.cu -o build/gpu/raw_cu
 # The package whole, as pip install lays it out: a tool's own Python (kcoral run python)
 # imports kcoral._native from it, while workers have it built in.
 cp build/gpu/bindings/_native*.so bindings/kcoral/
+# The reference (kcoral 0.1.1) in a venv of its wheels, on this machine's torch environment.
+reference_venv() {
+  refvenv=/tmp/kcoral-ref-venv
+  rm -rf "$refvenv" && /usr/bin/python3.12 -m venv "$refvenv" || exit 1
+  echo /opt/torch/.venv/lib/python3.12/site-packages \
+    >"$("$refvenv/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/torch-environment.pth"
+  local refwheels=.gpu-carry/reference
+  [[ -d $refwheels ]] || refwheels=$stash/reference
+  "$refvenv/bin/python" -m pip install -q --no-index --no-deps "$refwheels"/*.whl \
+    .gpu-carry/wheels/ml_dtypes-*.whl .gpu-carry/wheels/protobuf-*.whl || exit 1
+}
 if [[ ${1:-} == roundtrip ]]; then
   # The CPU goals that need idle cores (fresh workers' throughput and queue, 64 MiB up and
   # back), on this machine's 16 cores: benchmarks/roundtrip.py with our CPU server, the same
@@ -168,19 +185,43 @@ if [[ ${1:-} == roundtrip ]]; then
   # to fork from), and the reference's (kcoral 0.1.1 in a venv of its wheels, on this
   # machine's torch environment), 8 workers each.
   log "round trip on CPU servers of this machine's 16 cores, beside the reference's"
-  refvenv=/tmp/kcoral-ref-venv
-  rm -rf "$refvenv" && /usr/bin/python3.12 -m venv "$refvenv" || exit 1
-  echo /opt/torch/.venv/lib/python3.12/site-packages \
-    >"$("$refvenv/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/torch-environment.pth"
-  refwheels=.gpu-carry/reference
-  [[ -d $refwheels ]] || refwheels=$stash/reference
-  "$refvenv/bin/python" -m pip install -q --no-index --no-deps "$refwheels"/*.whl \
-    .gpu-carry/wheels/ml_dtypes-*.whl .gpu-carry/wheels/protobuf-*.whl || exit 1
+  reference_venv
   server=$root/build/gpu/kcoral-server/kcoral-server
   timeout 560 "$python" benchmarks/roundtrip.py --server "$server" --reference-venv "$refvenv" \
     --workers 8 ${ROUNDTRIP_ARGS:-} --variant "reused=$server --programs-per-worker 64" \
     --variant "numpy-only=$server --preload numpy,kcoral.builtins,kcoral._native" \
     --json "$result/roundtrip.json" 2>&1 | tee "$result/roundtrip.md"
+  exit 0
+fi
+if [[ ${1:-} == large-data ]]; then
+  # 64 MiB up and back on this machine's 16 cores: where a round's time goes, our client
+  # against our CPU server (benchmarks/large_data_phases.py), and where .gpu-carry/old-tree
+  # holds an earlier tree (git archive REV | tar -x -C .gpu-carry/old-tree), that tree's
+  # client and server in the same run, alternating; then roundtrip.py's large data, our
+  # client and server beside the reference's (kcoral 0.1.1), each with either client.
+  log "large data on CPU servers of this machine's 16 cores"
+  server=$root/build/gpu/kcoral-server/kcoral-server
+  phases() {  # label, client's directory, server
+    echo "-- $1"
+    PYTHONPATH=/tmp/kcoral-sitecustomize:$2 timeout 200 "$python" benchmarks/large_data_phases.py \
+      --server "$3" --workers 8 --rounds 7 ${PHASES_ARGS:-} 2>&1 | tee -a "$result/phases-$1.md"
+  }
+  if [[ -d .gpu-carry/old-tree ]]; then
+    cmake -S .gpu-carry/old-tree -B build/old -G Ninja -DCMAKE_BUILD_TYPE=Release -DPython_EXECUTABLE=$python \
+      -DCMAKE_PREFIX_PATH=$deps/usr >"$out/cmake-old.log" 2>&1 && ninja -C build/old -j16 kcoral-server kcoral-init \
+      >"$out/build-old.log" 2>&1 || { tail -20 "$out/build-old.log"; exit 1; }
+    # Its workers run this tree's native module (what it needs of them is unchanged).
+    cp build/gpu/bindings/_native*.so .gpu-carry/old-tree/bindings/kcoral/
+  fi
+  for pass in 1 2; do
+    [[ -d .gpu-carry/old-tree ]] &&
+      phases before "$root/.gpu-carry/old-tree/bindings" "$root/build/old/kcoral-server/kcoral-server"
+    phases after "$root/bindings" "$server"
+  done
+  reference_venv
+  timeout 300 "$python" benchmarks/roundtrip.py --server "$server" --reference-venv "$refvenv" --workers 8 \
+    --requests 20 --reference-requests 2 --duration 2 --large-rounds 7 \
+    --json "$result/roundtrip-large.json" 2>&1 | tee "$result/roundtrip-large.md"
   exit 0
 fi
 if [[ ${1:-} == worker-cpu ]]; then
