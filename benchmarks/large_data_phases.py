@@ -45,7 +45,7 @@ from large_data_client import identity_program
 from roundtrip import start_ours, stop
 
 import kcoral
-from kcoral import _body, _client
+from kcoral import _body, _client, _part_hasher
 
 PHASES = ("miss", "send", "server", "receive", "decode")
 
@@ -176,7 +176,11 @@ def main() -> None:
     parser.add_argument("--hash-while-receiving-cores", type=int,
                         help="the client hashes an answer's parts while it arrives from this "
                              "many cores (kcoral._body.HASH_WHILE_RECEIVING_CORES; 1: always)")
+    parser.add_argument("--hash-step-bytes", type=int,
+                        help="the hashing thread's step (kcoral._part_hasher.FEED_BYTES)")
     args = parser.parse_args()
+    if args.hash_step_bytes is not None:
+        _part_hasher.FEED_BYTES = args.hash_step_bytes
     if args.hash_while_receiving_cores is not None:
         _body.HASH_WHILE_RECEIVING_CORES = args.hash_while_receiving_cores
     marks = Marks()

@@ -47,7 +47,8 @@
 #                                    an earlier tree's client and server beside this one's where
 #                                    .gpu-carry/old-tree holds it, and roundtrip.py's large data
 #                                    beside the reference's; needs .gpu-carry/reference and
-#                                    .gpu-carry/wheels; PHASES_ARGS adds to the phases' flags
+#                                    .gpu-carry/wheels; PHASES_ARGS adds to the phases' flags,
+#                                    PHASES_VARIANT measures this tree with those flags added too
 #   benchmarks/gpu/run.sh worker-cpu benchmarks/worker_cpu.py on CPU servers of this machine (16
 #                                    cores): the CPU of a fresh worker, the front's and the worker
 #                                    parent's shares, with torch and triton preloaded and without;
@@ -217,6 +218,7 @@ if [[ ${1:-} == large-data ]]; then
     [[ -d .gpu-carry/old-tree ]] &&
       phases before "$root/.gpu-carry/old-tree/bindings" "$root/build/old/kcoral-server/kcoral-server"
     phases after "$root/bindings" "$server"
+    [[ -n ${PHASES_VARIANT:-} ]] && PHASES_ARGS="${PHASES_ARGS:-} $PHASES_VARIANT" phases variant "$root/bindings" "$server"
   done
   reference_venv
   timeout 300 "$python" benchmarks/roundtrip.py --server "$server" --reference-venv "$refvenv" --workers 8 \

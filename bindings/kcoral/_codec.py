@@ -231,14 +231,17 @@ def decode_multipart(
     Every part must carry exactly one ``Content-Disposition: form-data; name=...`` and one
     ``Content-Type``. A preamble and an epilogue are ignored, as RFC 2046 asks. Each part's
     data is a view of ``body``, not a copy: its reader copies out what it keeps.
-    ``digests`` are SHA-256 computed beforehand by (start, end) offset in ``body``; a part
-    whose payload lies at exactly such a range carries that digest as its ``sha256``.
+    ``digests`` are SHA-256 computed beforehand by (start, end) offset in ``body``, by a
+    search of the same body (kcoral._part_hasher) that found ``end`` to be the first
+    delimiter from ``start`` on: a payload starting there ends there without a second
+    search, and carries that digest as its ``sha256``.
     """
     media_type, params = parse_header_value(content_type)
     boundary = params.get("boundary", "")
     if media_type != "multipart/form-data" or not boundary:
         raise ValueError(f"not a multipart/form-data content type: {shown(content_type)}")
     delimiter = b"--" + boundary.encode("latin-1")
+    ends = dict(digests.keys()) if digests else {}  # each key is (start, end)
     if body[: len(delimiter)] == delimiter:  # an mmap has no startswith
         position = len(delimiter)
     else:
@@ -259,7 +262,9 @@ def decode_multipart(
         # headers_end == line_end means an empty header block.
         header_block = body[line_end + 2 : headers_end] if headers_end > line_end else b""
         payload_start = headers_end + 4
-        payload_end = body.find(b"\r\n" + delimiter, payload_start)
+        payload_end = ends.get(payload_start, -1)
+        if payload_end < 0:
+            payload_end = body.find(b"\r\n" + delimiter, payload_start)
         if payload_end < 0:
             raise ValueError("multipart part is not terminated by a boundary")
         payload = memoryview(body)[payload_start:payload_end]

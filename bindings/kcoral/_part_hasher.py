@@ -6,9 +6,9 @@ the machines measured); hashed while the body arrives, on a core the receiving l
 idle, it adds almost none.
 
 :class:`PartHasher` follows a body being received into one buffer: told how far the bytes
-have come, its thread has a :class:`PartFollower` find the parts (a line with the boundary, header lines up to a
-blank one, then the payload up to the next delimiter) and hashes each payload as far as
-it can yet be sure the payload goes. Nothing it finds is trusted: its digests are keyed
+have come, its thread has a :class:`PartFollower` find the parts (a line with the boundary,
+header lines up to a blank one, then the payload up to the next delimiter) and hash each
+payload as far as it can yet be sure the payload goes. Nothing it finds is trusted: its digests are keyed
 by each payload's exact range in the body, and the decoder, which parses and judges the
 whole body itself afterwards, takes a digest only for a part it finds at that very
 range, and hashes any other. A hostile body costs at most one hash of its bytes: the
@@ -22,7 +22,11 @@ import mmap
 import threading
 from collections.abc import Mapping
 
-# The SHA-256 of payloads by their (start, end) offsets in the body.
+# The thread goes on once this much more of the body has arrived (or all of it): each step
+# hands the GIL back and forth with the receiving thread.
+FEED_BYTES = 1 << 20
+# The SHA-256 of payloads by their (start, end) offsets in the body; each end is where the
+# first delimiter from its start on begins.
 PartDigests = Mapping[tuple[int, int], str]
 
 
@@ -66,7 +70,7 @@ class PartHasher:
         try:
             while not last:
                 with self._changed:
-                    while self._arrived <= arrived and not self._last:
+                    while self._arrived < arrived + FEED_BYTES and not self._last:
                         self._changed.wait()
                     if self._stopped:
                         return

@@ -537,7 +537,7 @@ def test_a_digest_for_exactly_the_parts_range_is_taken_without_hashing_again(has
 def test_digests_of_other_ranges_are_ignored(hashes_after):
     data = b"payload"
     content_type, body, (start, end) = encoded(data)
-    others = {(start, end + 1): sha256_hex(data), (start - 1, end): sha256_hex(data)}
+    others = {(start + 1, end): sha256_hex(data[1:]), (start - 1, end): sha256_hex(data)}
     assert decode_response(200, content_type, body, no_headers, others)["b"] == data
     assert hashes_after == [len(data)]
 
@@ -547,3 +547,22 @@ def test_a_wrong_digest_for_the_parts_range_is_a_mismatch_never_a_pass():
     content_type, body, span = encoded(data)
     with pytest.raises(ProtocolError, match="does not match its sha256"):
         decode_response(200, content_type, body, no_headers, {span: sha256_hex(b"other")})
+
+
+def test_a_payload_ends_where_the_hashers_search_found_its_delimiter(monkeypatch):
+    """The receiving's search found where the payload ends; the decoder does not search
+    64 MiB again (its range is still checked against the digest's)."""
+    data = bytes(5 << 20)
+    content_type, body, span = encoded(data)
+    searched_from: list[int] = []
+
+    class Body(bytes):
+        def find(self, sub, start=0, *args):  # type: ignore[override]
+            searched_from.append(start)
+            return super().find(sub, start, *args)
+
+    result = decode_response(200, content_type, Body(body), no_headers, {span: sha256_hex(data)})
+    assert result["b"] == data
+    assert span[0] not in searched_from  # nothing searched from the payload's start on
+    result = decode_response(200, content_type, Body(body), no_headers)
+    assert span[0] in searched_from  # as it is without the receiving's digests
