@@ -45,7 +45,7 @@ from large_data_client import identity_program
 from roundtrip import start_ours, stop
 
 import kcoral
-from kcoral import _body, _client, _part_hasher
+from kcoral import _client
 
 PHASES = ("miss", "send", "server", "receive", "decode")
 
@@ -179,9 +179,14 @@ def main() -> None:
     parser.add_argument("--hash-step-bytes", type=int,
                         help="the hashing thread's step (kcoral._part_hasher.FEED_BYTES)")
     args = parser.parse_args()
+    # Imported only when asked for: an earlier client may lack them.
     if args.hash_step_bytes is not None:
+        from kcoral import _part_hasher
+
         _part_hasher.FEED_BYTES = args.hash_step_bytes
     if args.hash_while_receiving_cores is not None:
+        from kcoral import _body
+
         _body.HASH_WHILE_RECEIVING_CORES = args.hash_while_receiving_cores
     marks = Marks()
     instrument(marks)
