@@ -111,12 +111,7 @@ def read_body(
         return True
 
     try:
-        for raw in response.iter_raw():
-            if deadline.passed():
-                raise DeadlineExceeded(
-                    f"{what}: the answer was not complete within the call's deadline of "
-                    f"{deadline.seconds:g} s"
-                )
+        for raw in _pieces(response, what, deadline):
             received += len(raw)
             if not take(_through(decoders, raw)):
                 return Received(b"".join(body))
@@ -137,12 +132,7 @@ def _read_declared(
     view = memoryview(body)
     size = 0
     try:
-        for raw in response.iter_raw():
-            if deadline.passed():
-                raise DeadlineExceeded(
-                    f"{what}: the answer was not complete within the call's deadline of "
-                    f"{deadline.seconds:g} s"
-                )
+        for raw in _pieces(response, what, deadline):
             # h11 delivers no more than the declared length; checked all the same.
             if size + len(raw) > length:
                 raise ProtocolError(f"{what}: the answer is longer than its Content-Length")
@@ -159,6 +149,17 @@ def _read_declared(
     if size < length:
         return Received(body[:size])
     return Received(body, digests)
+
+
+def _pieces(response: httpx.Response, what: str, deadline: Deadline) -> Iterator[bytes]:
+    """The body's raw pieces as they arrive; DeadlineExceeded once ``deadline`` passes."""
+    for raw in response.iter_raw():
+        if deadline.passed():
+            raise DeadlineExceeded(
+                f"{what}: the answer was not complete within the call's deadline of "
+                f"{deadline.seconds:g} s"
+            )
+        yield raw
 
 
 def _part_hasher(response: httpx.Response, body: Body) -> PartHasher | None:
