@@ -27,9 +27,7 @@ void RequestBody::reader::hashed_so_far() {
 
 void RequestBody::reader::finish(boost::beast::error_code& ec) {
   ec = {};
-  if (!hasher_) return;
-  body_.digests = hasher_->finish();
-  hasher_.reset();
+  body_.hashing = std::move(hasher_);  // settled where the body is admitted
 }
 
 }  // namespace kcoral

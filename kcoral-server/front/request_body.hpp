@@ -1,5 +1,5 @@
 // RequestBody: the Beast body type of a request, its bytes received straight into a memory
-// file (kcoral::ReceivedBody: a BlobFile, and the digests of its multipart parts).
+// file (kcoral::ReceivedRequestBody: a BlobFile, and the digests of its multipart parts).
 //
 // A body of declared length is mapped once at that length; a chunked body, which does not
 // say its length, grows as it arrives, in place, never by copying (a std::string would
@@ -7,7 +7,8 @@
 // hashed as it arrives, so that an upload's digest is ready with its last byte: after each
 // read on the session's thread, or for a declared length from PartHasher::kFromBytes on a
 // thread of its own that follows the writes (part_hasher.hpp), so that reading and hashing
-// run side by side. The blobs of an /execute body stay in that file as the worker's input
+// run side by side; the body is handed on without waiting for that thread to catch up
+// (ReceivedRequestBody::settled). The blobs of an /execute body stay in that file as the worker's input
 // (parse_execute_request), so the upload is neither hashed nor copied again. Reading a
 // request (the router, the multipart parser) sees one contiguous std::string_view.
 //
@@ -31,8 +32,25 @@
 
 namespace kcoral {
 
+// A request's body as the session hands it on: what was received, and, for a large one,
+// the hashing of its parts, which may still be catching up with the last bytes read.
+// settled() waits for that hashing and gives the body with all its digests; the router
+// calls it where the admission runs, on a long-step thread for such a body
+// (admission_takes_long), so that no I/O thread ever waits for a hash.
+struct ReceivedRequestBody : ReceivedBody {
+  std::unique_ptr<PartHasher> hashing;  // none once settled, or for a small body
+
+  ReceivedBody& settled() {
+    if (hashing) {
+      digests = hashing->finish();
+      hashing.reset();
+    }
+    return *this;
+  }
+};
+
 struct RequestBody {
-  using value_type = ReceivedBody;
+  using value_type = ReceivedRequestBody;
 
   static std::uint64_t size(const value_type& body) { return body.bytes.size(); }
 

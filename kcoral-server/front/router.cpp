@@ -158,7 +158,7 @@ RouteResult execute(HttpRequest& request, ServerState& state, std::string reques
   if (!info.tenant) return refuse(*check_access(request, state));
   if (state.stopping) return refuse({ErrorKind::busy, "the server is shutting down"});
   auto content_type = request[http::field::content_type];
-  auto parsed = parse_execute_request({content_type.data(), content_type.size()}, request.body(), {});
+  auto parsed = parse_execute_request({content_type.data(), content_type.size()}, request.body().settled(), {});
   if (!parsed) return refuse(parsed.error());
   // Blobs loaded from the disk or copied for this program: the rest of its admission takes
   // as long as they are large.
@@ -209,7 +209,10 @@ RouteResult route(HttpRequest& request, ServerState& state, std::string_view cli
           nullptr};
 }
 
-bool admission_takes_long(const HttpRequest& request) { return request.body().bytes.size() >= kLongStepBytes; }
+bool admission_takes_long(const HttpRequest& request) {
+  // A body whose parts are still being hashed is settled there too, whatever its size.
+  return request.body().bytes.size() >= kLongStepBytes || request.body().hashing != nullptr;
+}
 
 bool answer_takes_long(const JobOutcome& outcome) {
   if (!outcome.result) return false;

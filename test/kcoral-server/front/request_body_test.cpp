@@ -89,11 +89,32 @@ TEST_CASE("a multipart body's parts are hashed as the parser is fed, read by rea
   auto [request, _] = upload_request(std::string(300000, 'b'));
   http::request_parser<kcoral::RequestBody> parser;
   REQUIRE_FALSE(feed(parser, request, [] { return 4096; }));
-  const kcoral::ReceivedBody& body = parser.get().body();
+  const kcoral::ReceivedBody& body = parser.get().body().settled();
   std::size_t at = body.bytes.view().find(std::string(300000, 'b'));
   const std::string* digest = body.digests.digest_of(at, 300000);
   REQUIRE(digest != nullptr);
   CHECK(*digest == kcoral::sha256_hex(std::string(300000, 'b')));
+}
+
+TEST_CASE("a large body is handed on without waiting for its hash, which settled() waits for") {
+  std::string blob(2 * kcoral::PartHasher::kFromBytes, 'h');
+  auto [request, _] = upload_request(blob);
+  http::request_parser<kcoral::RequestBody> parser;
+  REQUIRE_FALSE(feed(parser, request, [] { return 1 << 20; }));
+  kcoral::ReceivedRequestBody& received = parser.get().body();
+  // The hashing goes with the body: the session's read ended without waiting for it.
+  REQUIRE(received.hashing != nullptr);
+  const kcoral::ReceivedBody& body = received.settled();
+  CHECK(received.hashing == nullptr);
+  std::size_t at = body.bytes.view().find(blob);
+  const std::string* digest = body.digests.digest_of(at, blob.size());
+  REQUIRE(digest != nullptr);
+  CHECK(*digest == kcoral::sha256_hex(blob));
+  // A small body has no hashing to wait for.
+  auto [small, _2] = upload_request("tiny");
+  http::request_parser<kcoral::RequestBody> small_parser;
+  REQUIRE_FALSE(feed(small_parser, small, [] { return 4096; }));
+  CHECK(small_parser.get().body().hashing == nullptr);
 }
 
 TEST_CASE("a large declared body is hashed on a thread beside the reads, and its blob kept at once") {
@@ -102,7 +123,7 @@ TEST_CASE("a large declared body is hashed on a thread beside the reads, and its
   auto [request, _] = upload_request(blob);
   http::request_parser<kcoral::RequestBody> parser;
   REQUIRE_FALSE(feed(parser, request, [] { return 65536; }));
-  kcoral::ReceivedBody& body = parser.get().body();
+  kcoral::ReceivedBody& body = parser.get().body().settled();
   std::size_t at = body.bytes.view().find(blob);
   const std::string* digest = body.digests.digest_of(at, blob.size());
   REQUIRE(digest != nullptr);
@@ -163,7 +184,7 @@ TEST_CASE("megabytes of parts with near-miss delimiters in them, fed in uneven p
   std::string request = execute_request(encoded);
   http::request_parser<kcoral::RequestBody> parser;
   REQUIRE_FALSE(feed(parser, request, [&] { return 1 + random() % 300000; }));
-  const kcoral::ReceivedBody& body = parser.get().body();
+  const kcoral::ReceivedBody& body = parser.get().body().settled();
   auto parsed = kcoral::parse_multipart(encoded.content_type, body.bytes.view(), kcoral::MultipartLimits{});
   REQUIRE_MESSAGE(parsed.has_value(), parsed.error().message);
   REQUIRE(parsed->size() == blobs.size() + 1);
