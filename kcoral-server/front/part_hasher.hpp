@@ -15,7 +15,8 @@
 //   if (hasher) hasher->written(body.size());     // after each read
 //   MultipartDigests digests = hasher->finish();  // the body is whole: wait, and take them
 //
-// Not thread-safe itself: one session feeds it.
+// Not thread-safe itself: one session feeds it, and hands it on with the body whole; the
+// wait in finish() is the admission's, on a long-step thread (ReceivedRequestBody).
 #pragma once
 
 #include <cstddef>
