@@ -8,9 +8,10 @@
 // read on the session's thread, or for a declared length from PartHasher::kFromBytes on a
 // thread of its own that follows the writes (part_hasher.hpp), so that reading and hashing
 // run side by side; the body is handed on without waiting for that thread to catch up
-// (ReceivedRequestBody::settled). The blobs of an /execute body stay in that file as the worker's input
-// (parse_execute_request), so the upload is neither hashed nor copied again. Reading a
-// request (the router, the multipart parser) sees one contiguous std::string_view.
+// (ReceivedRequestBody::settled). The blobs of an /execute body stay in that file as the
+// worker's input (parse_execute_request), so the upload is neither hashed nor copied
+// again. Reading a request (the router, the multipart parser) sees one contiguous
+// std::string_view.
 //
 //   boost::beast::http::request_parser<kcoral::RequestBody> parser;
 //   std::string_view bytes = parser.get().body().bytes.view();
