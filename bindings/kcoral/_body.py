@@ -43,10 +43,10 @@ MAX_CODINGS = 2
 _GZIP_WBITS = zlib.MAX_WBITS | 16  # a gzip header and trailer
 _ZLIB_WBITS = zlib.MAX_WBITS  # "deflate" is the zlib format (RFC 9110, 8.4.1.2)
 _CODINGS = {"gzip": _GZIP_WBITS, "x-gzip": _GZIP_WBITS, "deflate": _ZLIB_WBITS}
-# A multipart body received into a mapping has its parts hashed while it arrives
-# (kcoral._part_hasher) where this process may run on this many cores or more: the hash
-# then takes a core of its own. With fewer, it would take the receiving's (and, on a
-# machine shared with the server, the server's) turn instead.
+# A multipart body of declared length from MAPPED_FROM_BYTES has its parts hashed while
+# it arrives (kcoral._part_hasher) where this process may run on this many cores or more:
+# the hash then takes a core of its own. With fewer, it would take the receiving's (and,
+# on a machine shared with the server, the server's) turn instead.
 HASH_WHILE_RECEIVING_CORES = 4
 _NO_DIGESTS: PartDigests = MappingProxyType({})
 
@@ -162,10 +162,10 @@ def _pieces(response: httpx.Response, what: str, deadline: Deadline) -> Iterator
         yield raw
 
 
-def _part_hasher(response: httpx.Response, body: Body) -> PartHasher | None:
+def _part_hasher(response: httpx.Response, body: bytearray | mmap.mmap) -> PartHasher | None:
     """A hasher following the receipt of ``body``, for a large multipart answer where
     this process has cores to spare; None otherwise."""
-    if not isinstance(body, mmap.mmap) or _usable_cores() < HASH_WHILE_RECEIVING_CORES:
+    if len(body) < MAPPED_FROM_BYTES or _usable_cores() < HASH_WHILE_RECEIVING_CORES:
         return None
     try:
         media_type, params = parse_header_value(response.headers.get("content-type", ""))

@@ -630,3 +630,21 @@ def test_an_answer_that_stops_midway_while_hashed_ends_at_the_deadline(hostile, 
     with Client(server.url, deadline_seconds=2) as client:
         _, error, _ = run_within(20, lambda: client.execute(program()))
     assert isinstance(error, (DeadlineExceeded, TransportError)), repr(error)
+
+
+def test_a_large_answer_received_into_a_bytearray_is_hashed_while_it_arrives_too(
+    hostile, hashed_while_received, monkeypatch
+):
+    """Where Python has no madvise (macOS, say) a large body goes into a bytearray."""
+    monkeypatch.setattr(kcoral._body, "_receive_buffer", bytearray)
+    data = bytes(range(256)) * (6 * MiB // 256)
+    node = {"type": "bytes", "part": "return:0", "sha256": sha256_hex(data)}
+    body, content_type = multipart(completed({"b": node}), data)
+    hashed_after: list[int] = []
+    real = kcoral._result.sha256_hex
+    monkeypatch.setattr(kcoral._result, "sha256_hex", lambda b: hashed_after.append(len(b)) or real(b))
+    server = hostile(answer_with(body, content_type))
+    with Client(server.url) as client:
+        result, error, _ = run_within(60, lambda: client.execute(program()))
+    assert error is None, repr(error)
+    assert result["b"] == data and hashed_after == []
