@@ -208,12 +208,13 @@ def bytes_copy(data: bytes | bytearray | memoryview) -> bytes:
     if make is None:
         return bytes(data)
     value, target = make(len(data))
-    target[:] = memoryview(data).cast("B")
-    target.release()
+    with target:
+        target[:] = memoryview(data).cast("B")
     return value
 
 
 _HUGE_PAGE_BYTES = 2 << 20
+_PYBUF_WRITE = 0x200  # PyMemoryView_FromMemory's flag for a writable view
 
 
 @functools.cache
@@ -229,11 +230,14 @@ def _uninitialized_bytes() -> Callable[[int], tuple[bytes, memoryview]] | None:
         libc = ctypes.CDLL(None, use_errno=True)
         new = api.PyBytes_FromStringAndSize
         contents = api.PyBytes_AsString
+        view_of = api.PyMemoryView_FromMemory
         madvise = libc.madvise
     except (ImportError, OSError, AttributeError):
         return None
     new.restype, new.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.c_ssize_t]
     contents.restype, contents.argtypes = ctypes.c_void_p, [ctypes.py_object]
+    view_of.restype = ctypes.py_object
+    view_of.argtypes = [ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int]
     madvise.restype = ctypes.c_int
     madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
 
@@ -244,7 +248,8 @@ def _uninitialized_bytes() -> Callable[[int], tuple[bytes, memoryview]] | None:
         end = (address + length) // _HUGE_PAGE_BYTES * _HUGE_PAGE_BYTES
         if end > start:
             madvise(start, end - start, advice)  # refused: 4 KiB pages, as bytes() has
-        return value, memoryview((ctypes.c_char * length).from_address(address)).cast("B")
+        target: memoryview = view_of(address, length, _PYBUF_WRITE)
+        return value, target
 
     return make
 
