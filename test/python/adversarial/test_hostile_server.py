@@ -572,6 +572,14 @@ def hashed_while_received(monkeypatch):
     assert not hashers, "the hasher's thread outlived the call"
 
 
+def hashed_after_receiving(monkeypatch) -> list[int]:
+    """The sizes of what the client's decoder hashes itself, after the answer arrived."""
+    hashed: list[int] = []
+    real = kcoral._result.sha256_hex
+    monkeypatch.setattr(kcoral._result, "sha256_hex", lambda b: hashed.append(len(b)) or real(b))
+    return hashed
+
+
 @pytest.mark.parametrize("name", [name for name in MALFORMED if "mapped" in name])
 def test_a_malformed_answer_hashed_while_it_arrives_is_a_protocol_error(
     hostile, hashed_while_received, name
@@ -591,9 +599,7 @@ def test_a_large_answer_hashed_while_it_arrives_is_checked_by_that_hash(
     data = bytes(range(256)) * (24 * MiB // 256)
     node = {"type": "bytes", "part": "return:0", "sha256": sha256_hex(data)}
     body, content_type = multipart(completed({"b": node, "c": {**node, "part": "return:1"}}), data, data)
-    hashed_after: list[int] = []
-    real = kcoral._result.sha256_hex
-    monkeypatch.setattr(kcoral._result, "sha256_hex", lambda b: hashed_after.append(len(b)) or real(b))
+    hashed_after = hashed_after_receiving(monkeypatch)
     server = hostile(answer_with(body, content_type))
     with Client(server.url) as client:
         result, error, _ = run_within(60, lambda: client.execute(program()))
@@ -640,9 +646,7 @@ def test_a_large_answer_received_into_a_bytearray_is_hashed_while_it_arrives_too
     data = bytes(range(256)) * (6 * MiB // 256)
     node = {"type": "bytes", "part": "return:0", "sha256": sha256_hex(data)}
     body, content_type = multipart(completed({"b": node}), data)
-    hashed_after: list[int] = []
-    real = kcoral._result.sha256_hex
-    monkeypatch.setattr(kcoral._result, "sha256_hex", lambda b: hashed_after.append(len(b)) or real(b))
+    hashed_after = hashed_after_receiving(monkeypatch)
     server = hostile(answer_with(body, content_type))
     with Client(server.url) as client:
         result, error, _ = run_within(60, lambda: client.execute(program()))

@@ -56,6 +56,19 @@ def well_formed(rng: random.Random, sizes: list[int]) -> tuple[bytes, bytes, lis
     return body, content_type.split("boundary=")[1].encode(), parts
 
 
+def mangled(rng: random.Random, body: bytes, boundary: bytes, edits: int) -> bytes:
+    """``body`` with ``edits`` framing pieces put in or stretches cut out, at random."""
+    data = bytearray(body)
+    pieces = [b"--" + boundary, b"\r\n--" + boundary, b"\r\n\r\n", b"\r\n", b"--", boundary[:5]]
+    for _ in range(edits):
+        at = rng.randrange(len(data) + 1)
+        if rng.random() < 0.5:
+            data[at:at] = rng.choice(pieces)
+        else:
+            del data[at : at + rng.randrange(1, 40)]
+    return bytes(data)
+
+
 @pytest.mark.parametrize("seed", range(8))
 def test_it_finds_each_payload_of_a_well_formed_body_however_it_arrives(seed):
     rng = random.Random(seed)
@@ -86,15 +99,7 @@ def test_any_bytes_give_only_exact_digests(seed):
     """Mangled bodies: boundaries cut, doubled, with no headers' end, stray delimiters."""
     rng = random.Random(seed)
     body, boundary, _ = well_formed(rng, [rng.randrange(3000) for _ in range(rng.randrange(4))])
-    mangled = bytearray(body)
-    pieces = [b"--" + boundary, b"\r\n--" + boundary, b"\r\n\r\n", b"\r\n", b"--", boundary[:5]]
-    for _ in range(rng.randrange(1, 12)):
-        at = rng.randrange(len(mangled) + 1)
-        if rng.random() < 0.5:
-            mangled[at:at] = rng.choice(pieces)
-        else:
-            del mangled[at : at + rng.randrange(1, 40)]
-    data = bytes(mangled)
+    data = mangled(rng, body, boundary, rng.randrange(1, 12))
     assert_exact(data, follow(data, boundary, random_cuts(rng, len(data), rng.randrange(30))))
 
 
@@ -141,15 +146,7 @@ def test_the_decoder_reads_any_body_the_same_with_the_followers_findings_as_with
     the same parts, or the same refusal, for well-formed and mangled bodies alike."""
     rng = random.Random(1000 + seed)
     body, boundary, _ = well_formed(rng, [rng.randrange(4000) for _ in range(rng.randrange(1, 4))])
-    mangled = bytearray(body)
-    pieces = [b"--" + boundary, b"\r\n--" + boundary, b"\r\n\r\n", b"\r\n", b"--"]
-    for _ in range(rng.randrange(0, 6)):
-        at = rng.randrange(len(mangled) + 1)
-        if rng.random() < 0.5:
-            mangled[at:at] = rng.choice(pieces)
-        else:
-            del mangled[at : at + rng.randrange(1, 40)]
-    data = bytes(mangled)
+    data = mangled(rng, body, boundary, rng.randrange(0, 6))
     content_type = f"multipart/form-data; boundary={boundary.decode()}"
     digests = follow(data, boundary, random_cuts(rng, len(data), rng.randrange(20)))
     assert parts_or_error(content_type, data, digests) == parts_or_error(content_type, data)
