@@ -22,8 +22,9 @@ import mmap
 import threading
 from collections.abc import Mapping
 
-# The thread goes on once this much more of the body has arrived (or all of it): each step
-# hands the GIL back and forth with the receiving thread.
+# The thread goes on once this much more of the body has arrived (or all of it), and takes
+# what has arrived this much at a time: each step hands the GIL back and forth with the
+# receiving thread, and stop() waits for one step at most.
 FEED_BYTES = 1 << 20
 # The SHA-256 of payloads by their (start, end) offsets in the body; each end is where the
 # first delimiter from its start on begins.
@@ -66,16 +67,20 @@ class PartHasher:
         self._thread.join()
 
     def _run(self) -> None:
-        arrived, last = 0, False
+        fed, last = 0, False
         try:
             while not last:
                 with self._changed:
-                    while self._arrived < arrived + FEED_BYTES and not self._last:
+                    while self._arrived < fed + FEED_BYTES and not self._last:
                         self._changed.wait()
-                    if self._stopped:
-                        return
                     arrived, last = self._arrived, self._last
-                self._follower.feed(arrived)
+                # However far the body has come meanwhile, a step at a time, so that stop()
+                # never waits for more than one step's hash.
+                while fed < arrived and not self._stopped:
+                    fed = min(arrived, fed + FEED_BYTES)
+                    self._follower.feed(fed)
+                if self._stopped:
+                    return
         finally:
             self._follower.close()
 
