@@ -45,14 +45,22 @@ EXECUTE_TIMEOUT_SECONDS = 120
 CLIENT_ERRORS = (kcoral.KCoralError, kcoral.TransportError, kcoral.ProtocolError)
 
 
+def one_call_program(source: str, argument: Any, key: str) -> Any:
+    """Upload the module ``source``, run its ``f`` on ``argument`` (bytes go up as a bytes
+    blob, anything else as a literal) and return the value as ``key``. Only what our client
+    and the reference's have in common, so that benchmarks of either can build on it."""
+    program = kcoral.Program()
+    if isinstance(argument, bytes):
+        argument = program.upload(kind="bytes", value=argument)
+    module = program.upload(kind="module", source=source)
+    function = program.get_function(module=module, name="f")
+    program.return_(key=key, value=program.run(fn=function, args=[argument]))
+    return program
+
+
 def identity_program(data: bytes) -> Any:
     """Upload ``data``, pass it through ``f`` and return it (as key ``r``)."""
-    program = kcoral.Program()
-    blob = program.upload(kind="bytes", value=data)
-    module = program.upload(kind="module", source=IDENTITY_SOURCE)
-    function = program.get_function(module=module, name="f")
-    program.return_(key="r", value=program.run(fn=function, args=[blob]))
-    return program
+    return one_call_program(IDENTITY_SOURCE, data, "r")
 
 
 def _outcome(result: Any, data: bytes) -> str:

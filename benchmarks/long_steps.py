@@ -37,9 +37,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-import kcoral
-
+from large_data_client import one_call_program
 from roundtrip import _client, _percentile, start_ours, stop, trivial_program
+
+import kcoral
 
 REPOSITORY = Path(__file__).resolve().parent.parent
 LENGTH_SOURCE = "def f(b):\n    return len(b)\n"
@@ -47,19 +48,12 @@ LIST_SOURCE = "def f(n):\n    return list(range(n))\n"
 
 
 def large_program(data: bytes) -> kcoral.Program:
-    program = kcoral.Program()
-    blob = program.upload(kind="bytes", value=data)
-    module = program.upload(kind="module", source=LENGTH_SOURCE)
-    function = program.get_function(module=module, name="f")
-    program.return_(key="n", value=program.run(fn=function, args=[blob]))
+    program: kcoral.Program = one_call_program(LENGTH_SOURCE, data, "n")
     return program
 
 
 def answer_program(items: int) -> kcoral.Program:
-    program = kcoral.Program()
-    module = program.upload(kind="module", source=LIST_SOURCE)
-    function = program.get_function(module=module, name="f")
-    program.return_(key="n", value=program.run(fn=function, args=[items]))
+    program: kcoral.Program = one_call_program(LIST_SOURCE, items, "n")
     return program
 
 
