@@ -67,6 +67,13 @@ Status send_job(const Channel& channel, const ExecuteJob& job) {
                         text);
 }
 
+// A frame's message: its text read from its memory file where it was left there
+// (checked again against `max_bytes`), then decoded.
+Result<messages::Message> read_message(Frame& frame, std::size_t max_bytes) {
+  if (auto read = Channel::read_spilled(frame, max_bytes); !read) return std::unexpected(read.error());
+  return messages::decode(frame.json, frame.fds.size());
+}
+
 }  // namespace
 
 WorkerHandle::WorkerHandle(Strand strand, Process process, std::size_t group, std::vector<std::size_t> gpus,
@@ -137,11 +144,7 @@ WorkerHandle::Took WorkerHandle::take_frame() {
     decode_elsewhere(std::move(**frame));
     return Took::stop;
   }
-  if (auto read = Channel::read_spilled(**frame, channel_.max_text_bytes()); !read) {
-    violation(read.error().message);
-    return Took::stop;
-  }
-  auto message = messages::decode((*frame)->json, (*frame)->fds.size());
+  auto message = read_message(**frame, channel_.max_text_bytes());
   if (!message) {
     violation(message.error().message);
     return Took::stop;
@@ -156,9 +159,7 @@ void WorkerHandle::decode_elsewhere(Frame frame) {
   auto home = boost::asio::prefer(strand_, boost::asio::execution::outstanding_work.tracked);
   boost::asio::post(*long_steps_, [self = shared_from_this(), home, frame = std::move(frame),
                                     max_bytes = channel_.max_text_bytes()]() mutable {
-    Status read = Channel::read_spilled(frame, max_bytes);
-    Decoded decoded{read ? messages::decode(frame.json, frame.fds.size()) : std::unexpected(read.error()),
-                    std::move(frame.fds), std::nullopt};
+    Decoded decoded{read_message(frame, max_bytes), std::move(frame.fds), std::nullopt};
     if (decoded.message)
       if (const auto* result = std::get_if<messages::RunResult>(&*decoded.message))
         decoded.checked = check_returned_values(result->results, result->part_sizes.size());
