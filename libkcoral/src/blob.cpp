@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <string>
@@ -114,9 +115,24 @@ Status BlobBuilder::append(std::span<const std::byte> data) {
   return {};
 }
 
-Result<std::vector<std::string>> BlobBuilder::append_hashed(std::span<const std::span<const std::byte>> pieces) {
-  std::vector<std::string> digests;
-  auto hash_all = [&] { digests = sha256_hex_each(pieces); };
+Result<std::vector<std::string>> BlobBuilder::append_hashed(std::span<const std::span<const std::byte>> pieces,
+                                                            std::span<const Digested* const> repeats) {
+  std::vector<std::string> digests(pieces.size());
+  auto hash_all = [&] {
+    std::vector<std::span<const std::byte>> unknown;
+    std::vector<std::size_t> where;
+    for (std::size_t i = 0; i < pieces.size(); ++i) {
+      const Digested* repeated = i < repeats.size() ? repeats[i] : nullptr;
+      if (repeated != nullptr && repeated->blob.equals(pieces[i])) {
+        digests[i] = repeated->digest;
+      } else {
+        unknown.push_back(pieces[i]);
+        where.push_back(i);
+      }
+    }
+    std::vector<std::string> hashed = sha256_hex_each(unknown);
+    for (std::size_t k = 0; k < where.size(); ++k) digests[where[k]] = std::move(hashed[k]);
+  };
   std::size_t total = 0;
   for (auto piece : pieces) total += piece.size();
   std::jthread hasher;
@@ -161,6 +177,19 @@ Status Blob::copy_to(std::span<std::byte> out) const {
   if (out.size() != size_) return fail(ErrorKind::engine, "copying a blob into a buffer of another size");
   if (size_ == 0) return {};
   return read_at(fd(), out, offset_);
+}
+
+bool Blob::equals(std::span<const std::byte> data) const {
+  if (data.size() != size_) return false;
+  // Small enough to stay in a core's cache between the read and the comparison.
+  constexpr std::size_t kStep = std::size_t{256} << 10;
+  std::vector<std::byte> buffer(std::min(kStep, size_));
+  for (std::size_t done = 0; done < size_; done += kStep) {
+    std::span<std::byte> step(buffer.data(), std::min(kStep, size_ - done));
+    if (!read_at(fd(), step, offset_ + done)) return false;
+    if (std::memcmp(step.data(), data.data() + done, step.size()) != 0) return false;
+  }
+  return true;
 }
 
 std::string_view Blob::view() const {

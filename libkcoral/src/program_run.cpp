@@ -236,6 +236,7 @@ void ProgramRun::execute(const Upload& upload) {
       auto* start = reinterpret_cast<std::byte*>(PyBytes_AS_STRING(bytes.get()));
       if (auto copied = data.copy_to({start, data.size()}); !copied)
         throw InstructionFailure{ErrorKind::engine, copied.error().message, ""};
+      if (data.size() >= BlobBuilder::kHashAlongsideBytes) uploaded_bytes_[start] = {data, upload.blob};
       values_[upload.id] = std::move(bytes);
       return;
     }
@@ -466,10 +467,15 @@ void ProgramRun::keep_returned(const std::string& key, std::string text) {
 }
 
 std::vector<std::string> ProgramRun::store_binary_parts(std::span<const std::span<const std::byte>> pieces) {
+  std::vector<const BlobBuilder::Digested*> repeats;
+  for (auto piece : pieces) {
+    auto uploaded = uploaded_bytes_.find(piece.data());
+    repeats.push_back(uploaded != uploaded_bytes_.end() ? &uploaded->second : nullptr);
+  }
   Result<std::vector<std::string>> digests;
   {
     cpython::GilReleased unlocked;  // the program's own threads may go on meanwhile
-    digests = parts_.append_hashed(pieces);
+    digests = parts_.append_hashed(pieces, repeats);
   }
   if (!digests) throw InstructionFailure{ErrorKind::engine, digests.error().message, ""};
   return std::move(*digests);

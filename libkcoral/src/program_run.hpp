@@ -94,6 +94,9 @@ class ProgramRun {
   std::vector<std::pair<std::string, std::string>> results_;  // key -> JSON text
   std::uint64_t results_bytes_ = 0;  // their text, keys and separators included
   BlobBuilder parts_;  // every returned binary value, back to back in one memfd
+  // Large bytes uploads, by where their bytes value holds them: one returned as it came is
+  // compared with its blob, not hashed again (store_binary_parts).
+  std::unordered_map<const std::byte*, BlobBuilder::Digested> uploaded_bytes_;
   std::size_t current_ = 0;
   std::chrono::steady_clock::time_point held_since_;
   ProgramResult result_;

@@ -261,6 +261,54 @@ TEST_CASE("BlobBuilder::append_hashed stores the pieces and gives each one's SHA
   CHECK(none.count() == 0);
 }
 
+TEST_CASE("Blob::equals compares with the memfd's bytes, across its read steps and within a slice") {
+  std::string bytes(std::size_t{600} << 10, '\0');  // more than two of its 256 KiB steps
+  for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>(i * 7 % 253);
+  auto whole = kcoral::Blob::copy_of("head" + bytes);
+  REQUIRE(whole.has_value());
+  auto blob = whole->slice(4, bytes.size());
+  REQUIRE(blob.has_value());
+  CHECK(blob->equals(std::as_bytes(std::span(bytes))));
+  for (std::size_t at : {std::size_t{0}, std::size_t{256} << 10, bytes.size() - 1}) {
+    CAPTURE(at);
+    std::string other = bytes;
+    other[at] = static_cast<char>(other[at] + 1);
+    CHECK_FALSE(blob->equals(std::as_bytes(std::span(other))));
+  }
+  std::string_view shorter(bytes.data(), bytes.size() - 1);
+  CHECK_FALSE(blob->equals(std::as_bytes(std::span(shorter))));
+  CHECK(kcoral::Blob().equals({}));
+}
+
+TEST_CASE("BlobBuilder::append_hashed takes a repeated blob's digest for an equal piece only") {
+  // The repeat's digest here is a label no hash gives: a piece that takes it was not hashed.
+  for (std::size_t size : {std::size_t{100}, kcoral::BlobBuilder::kHashAlongsideBytes + 5}) {
+    CAPTURE(size);
+    std::string bytes(size, '\0');
+    for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>(i * 131 % 251);
+    std::string changed = bytes;
+    changed.back() = static_cast<char>(changed.back() + 1);
+    auto blob = kcoral::Blob::copy_of(bytes);
+    REQUIRE(blob.has_value());
+    const kcoral::BlobBuilder::Digested repeated{*blob, "label"};
+    std::vector<std::span<const std::byte>> pieces{std::as_bytes(std::span(bytes)), std::as_bytes(std::span(changed)),
+                                                   std::as_bytes(std::span(bytes)).first(size - 1),
+                                                   std::as_bytes(std::span(bytes))};
+    std::vector<const kcoral::BlobBuilder::Digested*> repeats{&repeated, &repeated, &repeated, nullptr};
+    kcoral::BlobBuilder builder;
+    auto digests = builder.append_hashed(pieces, repeats);
+    REQUIRE(digests.has_value());
+    CHECK(*digests == std::vector<std::string>{"label", kcoral::sha256_hex(changed),
+                                               kcoral::sha256_hex(std::string_view(bytes).substr(0, size - 1)),
+                                               kcoral::sha256_hex(bytes)});
+    auto parts = builder.finish();
+    REQUIRE(parts.has_value());
+    REQUIRE(parts->size() == 4);
+    CHECK((*parts)[0].view() == bytes);
+    CHECK((*parts)[1].view() == changed);
+  }
+}
+
 TEST_CASE("BlobBuilder::drop_from forgets the last parts, and later parts take their place") {
   kcoral::BlobBuilder builder(kcoral::BlobBuilder::kMappableFrom);
   const std::string large(kcoral::BlobBuilder::kMappableFrom, 'L');

@@ -45,6 +45,9 @@ class Blob {
   // mapping: the kernel copies from the file's pages without faulting each into this
   // process first (a 64 MiB blob made into a Python bytes: see benchmarks/README.md).
   [[nodiscard]] Status copy_to(std::span<std::byte> out) const;
+  // Whether `data` holds exactly the blob's bytes, read from its memfd as copy_to reads
+  // them, a cache-sized piece at a time; false too where the memfd cannot be read.
+  [[nodiscard]] bool equals(std::span<const std::byte> data) const;
   [[nodiscard]] std::string_view view() const;
   [[nodiscard]] std::size_t size() const { return size_; }
   // The memfd behind the blob (a slice shares its whole memfd), to pass to another
@@ -87,12 +90,21 @@ class BlobBuilder {
 
   [[nodiscard]] Status append(std::span<const std::byte> data);
   [[nodiscard]] Status append(std::string_view data);
+  // A blob whose SHA-256 is known, which a piece given to append_hashed may repeat.
+  struct Digested {
+    Blob blob;
+    std::string digest;
+  };
   // Appends each of `pieces` and returns their SHA-256 digests (sha256_hex), in order.
   // From kHashAlongsideBytes in all, the digests are computed on a thread of their own
   // while the pieces are copied into the memfd: each pass reads every byte once, and
   // together they take the time of the slower, the hash, instead of both. The digests are
   // of the bytes as they were read for hashing, so `pieces` must not change meanwhile.
-  [[nodiscard]] Result<std::vector<std::string>> append_hashed(std::span<const std::span<const std::byte>> pieces);
+  // `repeats`, empty or one per piece: a blob the piece may be a copy of (or nullptr). A
+  // piece found byte for byte equal to its blob takes that blob's digest instead of being
+  // hashed: comparing runs at memory speed, several times SHA-256's.
+  [[nodiscard]] Result<std::vector<std::string>> append_hashed(std::span<const std::span<const std::byte>> pieces,
+                                                               std::span<const Digested* const> repeats = {});
   static constexpr std::size_t kHashAlongsideBytes = std::size_t{1} << 20;
   // Forgets the parts appended after the first `count`, as if they never were.
   void drop_from(std::size_t count);
