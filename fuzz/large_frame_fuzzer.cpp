@@ -30,7 +30,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       frame = std::string(R"({"type":"result","continues":false,"results":)") + (field == 2 ? quoted : "\"{}\"") +
               R"(,"stdout":)" + (field == 3 ? quoted : "\"\"") +
               R"(,"stdout_truncated":false,"stderr":"","stderr_truncated":false,"elapsed_ms":0,"part_sizes":[])" +
-              R"(,"retired":)" + (field == 4 ? quoted : "\"\"") + R"(,"multi_stream":false})";
+              R"(,"retired":)" + (field == 4 ? quoted : "\"\"") + R"(,"multi_stream":false,"part_blobs":[]})";
     }
   }
   auto message = kcoral::messages::decode(frame, 0);

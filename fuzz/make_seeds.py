@@ -127,8 +127,12 @@ def descriptors_of(frame: str) -> int:
         return min(max(message["file_count"], 0), 255)
     if kind == "blobs" and isinstance(message.get("digests"), list):  # one memfd per blob
         return min(len(message["digests"]), 255)
-    if kind == "forked" or (kind == "result" and message.get("part_sizes")):
+    if kind == "forked":
         return 1
+    if kind == "result" and isinstance(message.get("part_sizes"), list):
+        # One memfd when any part is not named as one of the program's blobs (part_blobs).
+        names = message["part_blobs"] if isinstance(message.get("part_blobs"), list) else []
+        return int(any(i >= len(names) or not names[i] for i in range(len(message["part_sizes"]))))
     return 0
 
 
@@ -152,12 +156,13 @@ ONE_OF_EACH = [
     {"type": "failed", "message": "cannot prepare"},
     {"type": "result", "continues": True, "results": '{"out":{"type":"integer","value":1}}',
      "stdout": "out", "stdout_truncated": False, "stderr": "", "stderr_truncated": True,
-     "elapsed_ms": 12.5, "part_sizes": [3, 0], "retired": "", "multi_stream": False},
+     "elapsed_ms": 12.5, "part_sizes": [3, 0], "retired": "", "multi_stream": False,
+     "part_blobs": ["", DIGEST]},
     {"type": "result", "continues": False, "results": "{}", "stdout": "", "stdout_truncated": False,
      "stderr": "Traceback", "stderr_truncated": False, "elapsed_ms": 0.25, "part_sizes": [],
      "error": {"kind": "gpu_access", "message": "m", "index": 1, "op": "run", "traceback": "tb",
                "id": "x", "cuda_call": "cuMemAlloc", "location": "k.py:3"},
-     "retired": "threads: 3 after the program, 2 before", "multi_stream": True},
+     "retired": "threads: 3 after the program, 2 before", "multi_stream": True, "part_blobs": []},
 ]
 
 

@@ -12,9 +12,10 @@ namespace {
 
 using Json = nlohmann::json;
 
-// The values of one message, keys included: room for a result's part table at its largest,
-// or for a program's blob table (four values a blob).
-constexpr std::size_t kMaxValues = 2 * kMaxResultParts;
+// The values of one message, keys included: room for a result's part tables at their
+// largest (a size and a blob's name a part), or for a program's blob table (four values a
+// blob).
+constexpr std::size_t kMaxValues = 3 * kMaxResultParts;
 
 template <class T, class M>
 struct Field {
@@ -75,7 +76,8 @@ inline constexpr auto kFields<RunResult> =
                Field{"part_sizes", &RunResult::part_sizes},
                Field{"error", &RunResult::error},
                Field{"retired", &RunResult::retired},
-               Field{"multi_stream", &RunResult::multi_stream}};
+               Field{"multi_stream", &RunResult::multi_stream},
+               Field{"part_blobs", &RunResult::part_blobs}};
 
 template <class T>
 struct IsOptional : std::false_type {};
@@ -233,7 +235,11 @@ std::size_t descriptor_count(const Message& message) {
   if (const auto* blobs = std::get_if<Blobs>(&message)) return static_cast<std::size_t>(blobs->file_count);
   if (std::holds_alternative<Forked>(message)) return 2;
   if (std::holds_alternative<RunProgram>(message)) return 1;
-  if (const auto* result = std::get_if<RunResult>(&message)) return result->part_sizes.empty() ? 0 : 1;
+  if (const auto* result = std::get_if<RunResult>(&message)) {
+    for (std::size_t i = 0; i < result->part_sizes.size(); ++i)
+      if (!names_blob(*result, i)) return 1;
+    return 0;
+  }
   return 0;
 }
 

@@ -125,8 +125,10 @@ struct ErrorDetail {
 // The most binary parts one result carries (the worker's encoder refuses more, as a
 // `serialization` error of the return that would pass it).
 inline constexpr std::size_t kMaxResultParts = std::size_t{1} << 20;
-// worker -> front: the program's result. Descriptor, when `part_sizes` is not empty: one
-// sealed memfd holding the binary parts back to back, in order, and nothing else.
+// worker -> front: the program's result. Part i is `part_sizes[i]` bytes: the program's
+// blob `part_blobs[i]` (a bytes upload returned as it came, named by its digest) where that
+// is given and not empty, else the next in the memfd. Descriptor, when any part is in the
+// memfd: one sealed memfd holding those parts back to back, in order, and nothing else.
 struct RunResult {
   bool continues = false;  // the worker takes another program afterwards
   std::string results;     // the JSON object of returned values (docs/protocol.md)
@@ -140,7 +142,12 @@ struct RunResult {
   std::string retired = {};  // why the worker takes no other program, before its count ran out
   // Its benchmark() refused a call that ran on several streams (Fork::refuse_multi_stream).
   bool multi_stream = false;
+  std::vector<std::string> part_blobs = {};  // empty, or one digest (or "") per part
 };
+// Whether part `i` of `result` is one of the program's blobs (part_blobs) rather than in its memfd.
+[[nodiscard]] inline bool names_blob(const RunResult& result, std::size_t i) {
+  return i < result.part_blobs.size() && !result.part_blobs[i].empty();
+}
 
 using Message = std::variant<Fork, ZygoteReady, Forked, Exited, ZygoteFailed, ForkFailed, Blobs, RunProgram, LeaseGranted, Ready,
                              Progress, Lease, InitLease, GpuAccess, Failed, RunResult>;

@@ -350,19 +350,36 @@ Result<ProgramResult> WorkerHandle::decode_result(messages::RunResult message, s
   result.stdout_output = {std::move(message.stdout_text), message.stdout_truncated};
   result.stderr_output = {std::move(message.stderr_text), message.stderr_truncated};
   result.elapsed_ms = message.elapsed_ms;
+  if (!message.part_blobs.empty() && message.part_blobs.size() != message.part_sizes.size())
+    return fail(ErrorKind::engine, "a result naming blobs for other parts than it has");
+  std::uint64_t declared = 0;
+  std::uint64_t in_file = 0;
+  for (std::size_t i = 0; i < message.part_sizes.size(); ++i) {
+    std::uint64_t size = message.part_sizes[i];
+    if (size > job_->admitted.max_returned_bytes - std::min(declared, job_->admitted.max_returned_bytes))
+      return fail(ErrorKind::engine, "result parts exceed the job's binary limit");
+    declared += size;
+    if (!messages::names_blob(message, i)) in_file += size;
+  }
+  std::optional<Blob> file;
   if (!fds.empty()) {
-    std::uint64_t declared = 0;
-    for (std::uint64_t size : message.part_sizes) {
-      if (size > job_->admitted.max_returned_bytes - std::min(declared, job_->admitted.max_returned_bytes))
-        return fail(ErrorKind::engine, "result parts exceed the job's binary limit");
-      declared += size;
-    }
     auto parts = Blob::from_untrusted_fd(std::move(fds.front()), job_->admitted.max_returned_bytes);
     if (!parts) return std::unexpected(parts.error());
-    if (parts->size() != declared) return fail(ErrorKind::engine, "the result parts are not the size declared");
-    std::size_t offset = 0;
-    for (std::uint64_t size : message.part_sizes) {
-      result.parts.push_back(*parts->slice(offset, size));
+    if (parts->size() != in_file) return fail(ErrorKind::engine, "the result parts are not the size declared");
+    file = std::move(*parts);
+  }
+  std::size_t offset = 0;
+  for (std::size_t i = 0; i < message.part_sizes.size(); ++i) {
+    std::uint64_t size = message.part_sizes[i];
+    if (messages::names_blob(message, i)) {
+      // Only a blob this program was given, of the size it says: the front's own copy.
+      auto blob = job_->admitted.blobs.find(message.part_blobs[i]);
+      if (blob == job_->admitted.blobs.end() || blob->second.size() != size)
+        return fail(ErrorKind::engine, "a result naming a blob its program was not given");
+      result.parts.push_back(blob->second);
+    } else {
+      if (!file) return fail(ErrorKind::engine, "a result with parts and no memory file");
+      result.parts.push_back(*file->slice(offset, size));
       offset += size;
     }
   }

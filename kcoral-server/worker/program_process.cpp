@@ -4,8 +4,10 @@
 #include <sys/stat.h>
 
 #include <chrono>
+#include <map>
 #include <optional>
 #include <set>
+#include <tuple>
 
 #ifdef KCORAL_HAVE_CUDA
 #include "kcoral/benchmark.hpp"
@@ -137,8 +139,36 @@ bool refused_multi_stream() {
 #endif
 }
 
-Status send_result(Courier& courier, const ProgramResult& result, bool continues, std::string retired,
-                   bool multi_stream) {
+// The sizes of a result's parts, and which are blobs of its program (RunResult::part_blobs).
+struct PartsSent {
+  std::vector<std::uint64_t> sizes;
+  std::vector<std::string> blobs;
+};
+
+// Takes out of `result` the parts that are blobs of the job (a bytes upload returned as it
+// came: BlobBuilder::append_shared): the front sends its own copy of each, named by its
+// digest. `result.parts` keeps the others, in order, for the parts file.
+PartsSent take_job_blobs(ProgramResult& result, const BlobMap& job_blobs) {
+  PartsSent sent;
+  if (result.parts.empty()) return sent;
+  std::map<std::tuple<int, std::size_t, std::size_t>, const std::string*> where;
+  for (const auto& [digest, blob] : job_blobs) where.emplace(std::tuple{blob.fd(), blob.offset(), blob.size()}, &digest);
+  std::vector<Blob> written;
+  bool any = false;
+  for (Blob& part : result.parts) {
+    sent.sizes.push_back(part.size());
+    auto blob = where.find({part.fd(), part.offset(), part.size()});
+    any = any || blob != where.end();
+    sent.blobs.push_back(blob != where.end() ? *blob->second : "");
+    if (blob == where.end()) written.push_back(std::move(part));
+  }
+  result.parts = std::move(written);
+  if (!any) sent.blobs.clear();
+  return sent;
+}
+
+Status send_result(Courier& courier, const ProgramResult& result, PartsSent parts, bool continues,
+                   std::string retired, bool multi_stream) {
   messages::RunResult message{continues,
                        result.results_json,
                        result.stdout_output.text,
@@ -159,8 +189,9 @@ Status send_result(Courier& courier, const ProgramResult& result, bool continues
       message.error->location = error->gpu_access->location;
     }
   }
+  message.part_sizes = std::move(parts.sizes);
+  message.part_blobs = std::move(parts.blobs);
   if (result.parts.empty()) return courier.send(message);
-  for (const Blob& part : result.parts) message.part_sizes.push_back(part.size());
   auto file = parts_file(result.parts);
   if (!file) return std::unexpected(file.error());
   return courier.send(message, {file->fd()});
@@ -192,6 +223,7 @@ int serve_programs(Executor& executor, Courier& courier, const ProgramProcessOpt
     std::optional<Job> job = next_job(courier);
     if (!job) return 0;
     ProgramResult result = run_one(executor, courier, *job, options);
+    PartsSent parts = take_job_blobs(result, job->blobs);
     bool multi_stream = refused_multi_stream();
     job.reset();  // its blobs' memory files closed, as before it came
     // The response is the program's end: nothing it started may outlive it.
@@ -199,7 +231,7 @@ int serve_programs(Executor& executor, Courier& courier, const ProgramProcessOpt
     std::optional<std::string> retired;
     if (served + 1 < options.programs) retired = retirement(result, left_processes, baseline, executor);
     bool continues = served + 1 < options.programs && !retired;
-    if (!send_result(courier, result, continues, retired.value_or(""), multi_stream)) return 1;
+    if (!send_result(courier, result, std::move(parts), continues, retired.value_or(""), multi_stream)) return 1;
     if (!continues) return result.device_lost ? 2 : 0;
   }
   return 0;

@@ -108,33 +108,39 @@ Status BlobBuilder::append(std::span<const std::byte> data) {
   static const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
   if (data.size() >= page_align_from_ && end_ % page != 0) end_ += page - end_ % page;  // the gap is a hole
   if (auto status = write_at(fd_.get(), data, end_); !status) return status;
-  offsets_.push_back(end_);
-  sizes_.push_back(data.size());
+  parts_.push_back({end_, data.size(), std::nullopt});
   end_ += data.size();
   bytes_ += data.size();
   return {};
 }
 
+void BlobBuilder::append_shared(Blob blob) {
+  bytes_ += blob.size();
+  parts_.push_back({end_, blob.size(), std::move(blob)});
+}
+
 Result<std::vector<std::string>> BlobBuilder::append_hashed(std::span<const std::span<const std::byte>> pieces,
                                                             std::span<const Digested* const> repeats) {
   std::vector<std::string> digests(pieces.size());
-  auto hash_all = [&] {
-    std::vector<std::span<const std::byte>> unknown;
-    std::vector<std::size_t> where;
-    for (std::size_t i = 0; i < pieces.size(); ++i) {
-      const Digested* repeated = i < repeats.size() ? repeats[i] : nullptr;
-      if (repeated != nullptr && repeated->blob.equals(pieces[i])) {
-        digests[i] = repeated->digest;
-      } else {
-        unknown.push_back(pieces[i]);
-        where.push_back(i);
-      }
+  auto repeat = [&](std::size_t i) { return i < repeats.size() ? repeats[i] : nullptr; };
+  std::vector<bool> repeated(pieces.size(), false);
+  std::vector<std::span<const std::byte>> unknown;
+  std::vector<std::size_t> where;
+  std::size_t total = 0;
+  for (std::size_t i = 0; i < pieces.size(); ++i) {
+    if (repeat(i) != nullptr && repeat(i)->blob.equals(pieces[i])) {
+      repeated[i] = true;
+      digests[i] = repeat(i)->digest;
+    } else {
+      unknown.push_back(pieces[i]);
+      where.push_back(i);
+      total += pieces[i].size();
     }
+  }
+  auto hash_all = [&] {
     std::vector<std::string> hashed = sha256_hex_each(unknown);
     for (std::size_t k = 0; k < where.size(); ++k) digests[where[k]] = std::move(hashed[k]);
   };
-  std::size_t total = 0;
-  for (auto piece : pieces) total += piece.size();
   std::jthread hasher;
   if (total >= kHashAlongsideBytes) {
     try {
@@ -143,31 +149,39 @@ Result<std::vector<std::string>> BlobBuilder::append_hashed(std::span<const std:
     }
   }
   if (!hasher.joinable()) hash_all();
-  for (auto piece : pieces)
-    if (auto status = append(piece); !status) return std::unexpected(status.error());  // the hasher is joined
+  for (std::size_t i = 0; i < pieces.size(); ++i) {
+    if (repeated[i])
+      append_shared(repeat(i)->blob);
+    else if (auto status = append(pieces[i]); !status)
+      return std::unexpected(status.error());  // the hasher is joined
+  }
   if (hasher.joinable()) hasher.join();
   return digests;
 }
 
 void BlobBuilder::drop_from(std::size_t count) {
-  if (count >= sizes_.size()) return;
-  for (std::size_t i = count; i < sizes_.size(); ++i) bytes_ -= sizes_[i];
-  end_ = offsets_[count];
-  offsets_.resize(count);
-  sizes_.resize(count);
+  if (count >= parts_.size()) return;
+  for (std::size_t i = count; i < parts_.size(); ++i) bytes_ -= parts_[i].size;
+  end_ = parts_[count].offset;
+  parts_.resize(count);
   // Should the file not shrink, its tail is bytes no part names, which nobody reads.
-  [[maybe_unused]] int cut = ::ftruncate(fd_.get(), static_cast<off_t>(end_));
+  if (fd_) {
+    [[maybe_unused]] int cut = ::ftruncate(fd_.get(), static_cast<off_t>(end_));
+  }
 }
 
 Result<std::vector<Blob>> BlobBuilder::finish() {
   std::vector<Blob> parts;
-  if (sizes_.empty()) return parts;
-  KCORAL_TRY(seal_memfd(fd_.get()));
-  auto whole = Blob::map(std::move(fd_), end_, sizes_.size());
-  if (!whole) return std::unexpected(whole.error());
-  for (std::size_t i = 0; i < sizes_.size(); ++i) parts.push_back(*whole->slice(offsets_[i], sizes_[i]));
-  offsets_.clear();
-  sizes_.clear();
+  std::optional<Blob> whole;
+  if (fd_) {
+    KCORAL_TRY(seal_memfd(fd_.get()));
+    std::size_t written = std::ranges::count_if(parts_, [](const Part& part) { return !part.shared; });
+    auto mapped = Blob::map(std::move(fd_), end_, written);
+    if (!mapped) return std::unexpected(mapped.error());
+    whole = std::move(*mapped);
+  }
+  for (Part& part : parts_) parts.push_back(part.shared ? std::move(*part.shared) : *whole->slice(part.offset, part.size));
+  parts_.clear();
   bytes_ = 0;
   end_ = 0;
   return parts;

@@ -305,8 +305,42 @@ TEST_CASE("BlobBuilder::append_hashed takes a repeated blob's digest for an equa
     REQUIRE(parts.has_value());
     REQUIRE(parts->size() == 4);
     CHECK((*parts)[0].view() == bytes);
+    CHECK((*parts)[0].fd() == blob->fd());  // the blob itself, not a copy
     CHECK((*parts)[1].view() == changed);
+    CHECK((*parts)[1].fd() != blob->fd());
+    CHECK((*parts)[3].fd() == (*parts)[1].fd());
   }
+}
+
+TEST_CASE("BlobBuilder::append_shared puts a blob among the written parts, uncopied; drop_from forgets either") {
+  auto shared = kcoral::Blob::copy_of(std::string_view("shared"));
+  REQUIRE(shared.has_value());
+  kcoral::BlobBuilder builder;
+  REQUIRE(builder.append(std::string_view("one")).has_value());
+  builder.append_shared(*shared);
+  REQUIRE(builder.append(std::string_view("two")).has_value());
+  builder.append_shared(*shared);
+  CHECK(builder.count() == 4);
+  CHECK(builder.bytes() == 18);
+  builder.drop_from(2);  // "two" and the second share
+  CHECK(builder.bytes() == 9);
+  REQUIRE(builder.append(std::string_view("three")).has_value());
+  auto parts = builder.finish();
+  REQUIRE(parts.has_value());
+  REQUIRE(parts->size() == 3);
+  CHECK((*parts)[0].view() == "one");
+  CHECK((*parts)[1].view() == "shared");
+  CHECK((*parts)[1].fd() == shared->fd());
+  CHECK((*parts)[2].view() == "three");
+  CHECK((*parts)[2].offset() == 3);  // written back to back: the shared blob takes no room
+  CHECK((*parts)[0].file_size() == 8);
+  CHECK((*parts)[0].file_parts() == 2);
+  kcoral::BlobBuilder only_shared;
+  only_shared.append_shared(*shared);
+  auto alone = only_shared.finish();
+  REQUIRE(alone.has_value());
+  REQUIRE(alone->size() == 1);
+  CHECK((*alone)[0].fd() == shared->fd());
 }
 
 TEST_CASE("BlobBuilder::drop_from forgets the last parts, and later parts take their place") {

@@ -76,7 +76,8 @@ class Blob {
 // slices of it, in order: one descriptor for all the parts of a request or a result however
 // many there are. Parts of at least `page_align_from` bytes start on a page boundary, so
 // that a process can map them on their own (the gap is a hole: no memory); the others are
-// packed back to back. Not thread-safe.
+// packed back to back. A Blob may be appended as it is among them (append_shared). Not
+// thread-safe.
 //   kcoral::BlobBuilder parts;
 //   parts.append(bytes);                 // Status
 //   auto digests = parts.append_hashed(pieces);  // Result<std::vector<std::string>>
@@ -101,23 +102,32 @@ class BlobBuilder {
   // together they take the time of the slower, the hash, instead of both. The digests are
   // of the bytes as they were read for hashing, so `pieces` must not change meanwhile.
   // `repeats`, empty or one per piece: a blob the piece may be a copy of (or nullptr). A
-  // piece found byte for byte equal to its blob takes that blob's digest instead of being
-  // hashed: comparing runs at memory speed, several times SHA-256's.
+  // piece found byte for byte equal to its blob is that blob, appended shared (neither
+  // copied nor hashed: it takes the blob's digest); comparing runs at memory speed, several
+  // times SHA-256's and the copy's.
   [[nodiscard]] Result<std::vector<std::string>> append_hashed(std::span<const std::span<const std::byte>> pieces,
                                                                std::span<const Digested* const> repeats = {});
   static constexpr std::size_t kHashAlongsideBytes = std::size_t{1} << 20;
+  // Appends `blob` itself as the next part: finish() gives it back as it is, sharing its
+  // memfd; nothing is copied.
+  void append_shared(Blob blob);
   // Forgets the parts appended after the first `count`, as if they never were.
   void drop_from(std::size_t count);
-  [[nodiscard]] std::size_t count() const { return sizes_.size(); }
+  [[nodiscard]] std::size_t count() const { return parts_.size(); }
   [[nodiscard]] std::uint64_t bytes() const { return bytes_; }
-  // Seals the memfd and returns one slice per append (none when nothing was appended).
+  // Seals the memfd and returns one part per append, in order: a slice of it, or the shared
+  // blob (none when nothing was appended).
   [[nodiscard]] Result<std::vector<Blob>> finish();
 
  private:
   std::size_t page_align_from_;
   UniqueFd fd_;
-  std::vector<std::size_t> offsets_;
-  std::vector<std::size_t> sizes_;
+  struct Part {
+    std::size_t offset;  // in the memfd; for a shared one, where the next written part goes
+    std::size_t size;
+    std::optional<Blob> shared;  // append_shared's
+  };
+  std::vector<Part> parts_;
   std::uint64_t bytes_ = 0;  // appended: the parts' sizes
   std::size_t end_ = 0;      // of the file, holes included
 };

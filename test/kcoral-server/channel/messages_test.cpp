@@ -23,7 +23,7 @@ namespace {
 std::vector<messages::Message> one_of_each() {
   messages::RunResult result{true, R"({"out":{"type":"int","value":"1"}})", "out ü", true, "err", false, 12.5, {3, 0, 7},
                       messages::ErrorDetail{kcoral::ErrorKind::runtime, "boom", 2, "run", "Traceback...", "r", "cuLaunchKernel", "x.py:3"},
-                      "threads: 3 after the program, 2 before", true};
+                      "threads: 3 after the program, 2 before", true, {"", "ab", ""}};
   return {messages::Fork{"GPU-1234", 1, true, false},
           messages::ZygoteReady{{{"python", "3.11"}, {"numpy", "2.0"}}},
           messages::Forked{4242},
@@ -73,6 +73,7 @@ TEST_CASE("the fields come back as they were sent") {
   CHECK(result.continues);
   CHECK(result.stdout_text == "out ü");
   CHECK(result.part_sizes == std::vector<std::uint64_t>{3, 0, 7});
+  CHECK(result.part_blobs == std::vector<std::string>{"", "ab", ""});
   REQUIRE(result.error.has_value());
   CHECK(result.error->index == 2);
   CHECK(result.error->id == "r");
@@ -106,6 +107,11 @@ TEST_CASE("descriptor counts: blobs their file count, forked one, a result with 
   CHECK(messages::descriptor_count(messages::RunResult{}) == 0);
   messages::RunResult with_parts;
   with_parts.part_sizes = {0};
+  CHECK(messages::descriptor_count(with_parts) == 1);
+  with_parts.part_blobs = {"a"};  // its one part one of the program's blobs: no memfd
+  CHECK(messages::descriptor_count(with_parts) == 0);
+  with_parts.part_sizes = {0, 1};
+  with_parts.part_blobs = {"a", ""};
   CHECK(messages::descriptor_count(with_parts) == 1);
   CHECK(messages::descriptor_count(messages::Ready{}) == 0);
 }
@@ -178,7 +184,7 @@ TEST_CASE("nesting past a message's own and floods of values are refused as they
                            result_head + R"("part_sizes":[[1]]})",
                            result_head + R"("part_sizes":[)" + [] {
                              std::string many = "0";
-                             for (std::size_t i = 0; i < 2 * messages::kMaxResultParts; ++i) many += ",0";
+                             for (std::size_t i = 0; i < 3 * messages::kMaxResultParts; ++i) many += ",0";
                              return many;
                            }() + "]}"}) {
     CAPTURE(text.substr(0, 60));
@@ -188,7 +194,7 @@ TEST_CASE("nesting past a message's own and floods of values are refused as they
   }
   // The error object is as deep as a message goes.
   auto failed = messages::decode(result_head + R"("part_sizes":[],"error":{"kind":"runtime","message":"m","index":0,)"
-                                           R"("op":"run","traceback":""},"retired":"","multi_stream":false})",
+                                           R"("op":"run","traceback":""},"retired":"","multi_stream":false,"part_blobs":[]})",
                              0);
   CHECK(failed.has_value());
 }

@@ -60,7 +60,7 @@ def run_programs(sock, group, fork):
                             (os.environ.get("FAKE_MULTI_STREAM") and fork["refuse_multi_stream"]))
         send(sock, {"type": "result", "continues": True, "results": json.dumps(results), "stdout": "",
                     "stdout_truncated": False, "stderr": "", "stderr_truncated": False, "elapsed_ms": 1.0,
-                    "part_sizes": [], "retired": "", "multi_stream": multi_stream})
+                    "part_sizes": [], "retired": "", "multi_stream": multi_stream, "part_blobs": []})
         send(sock, {"type": "ready"})
 def worker(sock, fork):
     group = fork["visible_devices"]

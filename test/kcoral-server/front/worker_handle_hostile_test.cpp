@@ -3,6 +3,7 @@
 // idle worker kills the process and fails that job with `engine` (and only that job); a
 // worker of several GPUs killed so gives every one of them back at once; returned values
 // pass as JSON whatever the size of their numbers.
+#include "kcoral/sha256.hpp"
 #include "worker_handle_support.hpp"
 
 using kcoral::WorkerHandle;
@@ -146,6 +147,35 @@ TEST_CASE("results that are not what they claim kill the worker") {
     auto parts = memfd_with("abcdef", true);
     h.send(completed({3, 2}), {parts.get()});
     CHECK(h.engine_error().find("not the size declared") != std::string::npos);
+  }
+  SUBCASE("parts naming a blob the program was not given, or given but of another size, or more names than parts") {
+    // A worker may name only its own program's blobs: never another request's, another
+    // tenant's, or one the front holds for nobody this worker serves.
+    const std::string given = "given", other = "another request's";
+    struct Case {
+      std::vector<std::uint64_t> sizes;
+      std::vector<std::string> names;
+      const char* why;
+    };
+    for (const Case& c : std::vector<Case>{
+             {{other.size()}, {kcoral::sha256_hex(other)}, "not given"},
+             {{given.size() + 1}, {kcoral::sha256_hex(given)}, "not given"},
+             {{given.size()}, {kcoral::sha256_hex(given), ""}, "naming blobs for other parts"},
+             {{given.size(), 1}, {kcoral::sha256_hex(given)}, "naming blobs for other parts"},
+         }) {
+      CAPTURE(c.why);
+      Harness h;
+      auto job = make_job();
+      job->admitted.blobs.emplace(kcoral::sha256_hex(given), *kcoral::Blob::copy_of(given));
+      h.take(job);
+      messages::RunResult result = completed(c.sizes);
+      result.part_blobs = c.names;
+      auto parts = memfd_with("x", true);
+      bool in_file = c.sizes.size() > 1 || c.names.size() < c.sizes.size();
+      h.send(result, in_file ? std::vector<int>{parts.get()} : std::vector<int>{});
+      CHECK(h.engine_error().find(c.why) != std::string::npos);
+      CHECK(h.killed());
+    }
   }
   SUBCASE("a 64 GiB memfd is refused by its size, before it is mapped") {
     Harness h;

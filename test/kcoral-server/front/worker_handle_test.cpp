@@ -9,6 +9,7 @@
 // refused there too. The hostile worker's messages, the GPU lease and context turns, and starts have files of
 // their own (worker_handle_*_test.cpp).
 #include "held_thread_pool.hpp"
+#include "kcoral/sha256.hpp"
 #include "worker_handle_support.hpp"
 
 using kcoral::WorkerHandle;
@@ -38,6 +39,37 @@ TEST_CASE("a worker that says ready runs a job to its result and parts, and is t
   CHECK(result.parts[1].view() == "defg");
   CHECK(h.handle->state() == WorkerHandle::State::gone);
   CHECK(!messages::receive(h.worker).has_value());  // its channel was closed
+}
+
+TEST_CASE("a result part that names one of the job's blobs is the front's own copy of it; the others are in its memfd") {
+  Harness h;
+  auto job = make_job();
+  const std::string given = "uploaded bytes";
+  job->admitted.blobs.emplace(kcoral::sha256_hex(given), *kcoral::Blob::copy_of(given));
+  h.take(job);
+  auto parts = memfd_with("abcdefg", true);
+  messages::RunResult result = completed({3, given.size(), 4});
+  result.part_blobs = {"", kcoral::sha256_hex(given), ""};
+  h.send(result, {parts.get()});
+  REQUIRE(h.pump([&] { return h.outcome.has_value(); }));
+  REQUIRE(h.outcome->result.has_value());
+  const auto& received = h.outcome->result->parts;
+  REQUIRE(received.size() == 3);
+  CHECK(received[0].view() == "abc");
+  CHECK(received[1].view() == given);
+  CHECK(received[1].fd() == job->admitted.blobs.at(kcoral::sha256_hex(given)).fd());
+  CHECK(received[2].view() == "defg");
+  SUBCASE("with every part named, no memfd comes") {
+    Harness only;
+    only.take(job);
+    messages::RunResult named = completed({given.size()});
+    named.part_blobs = {kcoral::sha256_hex(given)};
+    only.send(named);
+    REQUIRE(only.pump([&] { return only.outcome.has_value(); }));
+    REQUIRE(only.outcome->result.has_value());
+    REQUIRE(only.outcome->result->parts.size() == 1);
+    CHECK(only.outcome->result->parts[0].view() == given);
+  }
 }
 
 TEST_CASE("a job's blobs arrive in batches under the descriptor limit, then its run") {

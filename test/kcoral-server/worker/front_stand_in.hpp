@@ -59,7 +59,8 @@ struct FrontStandIn {
     return messages::send(channel, message, fds).has_value();
   }
   // A built program's blobs, then its text (`text`, when given, in place of the program's).
-  bool send_job(const BuiltProgram& built, std::optional<std::string> text = std::nullopt) {
+  bool send_job(const BuiltProgram& built, std::optional<std::string> text = std::nullopt,
+                std::uint64_t max_returned_bytes = 1 << 20) {
     messages::Blobs blobs;
     std::vector<int> fds;
     for (const auto& [digest, blob] : built.blobs) {
@@ -73,7 +74,7 @@ struct FrontStandIn {
     if (!blobs.digests.empty() && !send(blobs, fds)) return false;
     auto program = Blob::copy_of(text.value_or(built.program.to_json()));
     if (!program) return false;
-    return send(messages::RunProgram{"request-1", 1 << 20, 1 << 20}, {program->fd()});
+    return send(messages::RunProgram{"request-1", 1 << 20, max_returned_bytes}, {program->fd()});
   }
   // Messages until the program's result (progress and the like skipped); nullopt when none came.
   std::optional<messages::RunResult> result() {

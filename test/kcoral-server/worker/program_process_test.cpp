@@ -26,6 +26,7 @@
 
 #include "courier.hpp"
 #include "front_stand_in.hpp"
+#include "kcoral/sha256.hpp"
 #include "libkcoral/executor_support.hpp"
 #include "libkcoral/temp_dir.hpp"
 #include "program_process.hpp"
@@ -157,6 +158,32 @@ TEST_CASE("returned bytes come as their sizes, with one memory file holding them
   std::string file = life.result_files[0];
   CHECK(file.size() == 11);
   CHECK((file == "helloworld!" || file == "world!hello"));
+}
+
+TEST_CASE("a large bytes upload returned as it came is named by its digest, not sent again") {
+  // That its worker stays reusable (the named blob's memory file is the front's, closed
+  // with the job): test_e2e_reuse.py, on a server's warmed-up workers.
+  kcoral::test::TempDir directory;
+  std::string large(kcoral::BlobBuilder::kHashAlongsideBytes + 3, 'L');
+  ProgramBuilder builder;
+  builder.return_value("small", builder.upload_bytes("small", "hello"));
+  builder.return_value("large", builder.upload_bytes("large", large));
+  auto built = build(builder);
+  Life life = live(options_in(directory), [&](Front& front, Life& life) {
+    if (front.expect<messages::Ready>() && front.send_job(built, std::nullopt, 4 << 20)) until_result(front, life);
+  });
+  REQUIRE(life.results.size() == 1);
+  const messages::RunResult& result = life.results[0];
+  REQUIRE_MESSAGE(!result.error.has_value(), result.error->message);
+  REQUIRE(result.part_sizes.size() == 2);
+  Json results = Json::parse(result.results);
+  std::size_t large_part = results["large"]["part"] == "return:1" ? 1 : 0;
+  CHECK(result.part_sizes[large_part] == large.size());
+  REQUIRE(result.part_blobs.size() == 2);
+  CHECK(result.part_blobs[large_part] == kcoral::sha256_hex(large));
+  CHECK(results["large"]["sha256"] == kcoral::sha256_hex(large));
+  CHECK(result.part_blobs[1 - large_part].empty());
+  CHECK(life.result_files[0] == "hello");  // the memory file holds the other part only
 }
 
 TEST_CASE("a program text that does not parse fails at its upload with engine") {

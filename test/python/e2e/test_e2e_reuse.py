@@ -86,6 +86,17 @@ def test_programs_that_change_nothing_share_the_worker(checked):
     seen, returned = checked.execute(call(MARK, "mark_returning_bytes")).raise_for_error()["out"]
     assert seen == first + 3 and returned == b"returned" * 10_000
     assert marks(checked) == first + 4
+    # Large ones too: returned as uploaded (the front's own copy goes back), or made anew.
+    payload = bytes(range(256)) * 8192 + b"tail"
+    program = Program()
+    program.return_(key="as_uploaded", value=program.upload(id="b", kind="bytes", value=payload))
+    assert checked.execute(program).raise_for_error()["as_uploaded"] == payload
+    assert marks(checked) == first + 5
+    program = call(MARK, "mark_returning_bytes")
+    program.return_(key="large", value=program.upload(id="b", kind="bytes", value=payload))
+    result = checked.execute(program).raise_for_error()
+    assert result["out"][0] == first + 6 and result["large"] == payload
+    assert marks(checked) == first + 7
     assert "retired as soon as one leaves its threads" in checked.stderr_text()
 
 
