@@ -210,9 +210,9 @@ if [[ ${1:-} == large-data ]]; then
   if [[ -d .gpu-carry/old-tree ]]; then
     cmake -S .gpu-carry/old-tree -B build/old -G Ninja -DCMAKE_BUILD_TYPE=Release -DPython_EXECUTABLE=$python \
       -DCMAKE_PREFIX_PATH=$deps/usr >"$out/cmake-old.log" 2>&1 && ninja -C build/old -j16 kcoral-server kcoral-init \
-      >"$out/build-old.log" 2>&1 || { tail -20 "$out/build-old.log"; exit 1; }
-    # Its workers run this tree's native module (what it needs of them is unchanged).
-    cp build/gpu/bindings/_native*.so .gpu-carry/old-tree/bindings/kcoral/
+      kcoral_native >"$out/build-old.log" 2>&1 || { tail -20 "$out/build-old.log"; exit 1; }
+    # Its workers run in its own native module, which speaks its front's channel.
+    cp build/old/bindings/_native*.so .gpu-carry/old-tree/bindings/kcoral/
   fi
   for pass in 1 2; do
     [[ -d .gpu-carry/old-tree ]] &&
