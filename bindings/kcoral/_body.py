@@ -30,7 +30,7 @@ from typing import NamedTuple
 import httpx
 
 from kcoral._codec import Body, parse_header_value, shown
-from kcoral._deadline import Deadline
+from kcoral._deadline import READ_BYTES, Deadline, receiver_into
 from kcoral._errors import DeadlineExceeded, ProtocolError
 from kcoral._part_hasher import PartDigests, PartHasher
 
@@ -38,6 +38,11 @@ ACCEPT_ENCODING = "gzip, deflate"
 CHUNK_BYTES = 64 << 10
 # Bodies of declared length from this size on are received into a mapping (above).
 MAPPED_FROM_BYTES = 4 << 20
+# The rest of a plain-socket body of declared length is received straight into its buffer,
+# past httpcore and h11, from this many bytes left (kcoral._deadline.receiver_into): the
+# connection is then closed after the answer, not reused, which costs a new connection,
+# a small price beside this many bytes' copies.
+DIRECT_FROM_BYTES = 8 << 20
 # Content codings stacked on one body; real servers use one.
 MAX_CODINGS = 2
 _GZIP_WBITS = zlib.MAX_WBITS | 16  # a gzip header and trailer
@@ -140,6 +145,10 @@ def _read_declared(
             size += len(raw)
             if hasher is not None:
                 hasher.advance(size)
+            receive = receiver_into(response) if length - size >= DIRECT_FROM_BYTES else None
+            if receive is not None:
+                size = _receive_rest(receive, view, size, what, deadline, hasher)
+                break
     except BaseException:
         if hasher is not None:
             hasher.stop()
@@ -149,6 +158,33 @@ def _read_declared(
     if size < length:
         return Received(body[:size])
     return Received(body, digests)
+
+
+def _receive_rest(
+    receive: Callable[[memoryview], int],
+    view: memoryview,
+    size: int,
+    what: str,
+    deadline: Deadline,
+    hasher: PartHasher | None,
+) -> int:
+    """Receives the body's bytes after its first ``size`` straight into ``view``, to its end."""
+    while size < len(view):
+        if deadline.passed():
+            raise DeadlineExceeded(
+                f"{what}: the answer was not complete within the call's deadline of "
+                f"{deadline.seconds:g} s"
+            )
+        received = receive(view[size : size + READ_BYTES])
+        if received == 0:
+            raise httpx.RemoteProtocolError(
+                f"{what}: the server closed the connection {len(view) - size} bytes before "
+                "the end of the answer's declared length"
+            )
+        size += received
+        if hasher is not None:
+            hasher.advance(size)
+    return size
 
 
 def _pieces(response: httpx.Response, what: str, deadline: Deadline) -> Iterator[bytes]:

@@ -259,6 +259,44 @@ def test_a_large_answer_of_declared_length_comes_back_whole(hostile):
     assert type(result["b"]) is bytes and result["b"] == data
 
 
+def test_a_large_answer_is_received_past_h11_and_what_follows_it_is_never_read(hostile, monkeypatch):
+    # The rest of a large plain answer is received straight into its buffer, and its
+    # connection is then closed: bytes sent after its declared length (here a forged answer
+    # to the next request) are never taken for anything, and the next call connects anew.
+    direct: list[int] = []
+    real = kcoral._body._receive_rest
+    monkeypatch.setattr(
+        kcoral._body, "_receive_rest", lambda *args: direct.append(args[2]) or real(*args)
+    )
+    data = bytes(range(256)) * (24 * MiB // 256)
+    node = {"type": "bytes", "part": "return:0", "sha256": sha256_hex(data)}
+    large, large_type = multipart(completed({"b": node}), data)
+    forged = json.dumps(completed({"x": {"type": "string", "value": "forged"}})).encode()
+    honest = json.dumps(completed({"x": {"type": "string", "value": "honest"}})).encode()
+    connections: list[socket.socket] = []
+
+    def answer(exchange: Exchange) -> bool:
+        exchange.read_body()
+        connections.append(exchange.conn)
+        if exchange.number == 0:
+            forged_answer = head(Content_Type="application/json", Content_Length=len(forged)) + forged
+            exchange.send(head(Content_Type=large_type, Content_Length=len(large)) + large + forged_answer)
+        else:
+            exchange.send(head(Content_Type="application/json", Content_Length=len(honest)) + honest)
+        return True
+
+    server = hostile(answer)
+    with Client(server.url) as client:
+        result, error, _ = run_within(60, lambda: client.execute(program()))
+        assert error is None, repr(error)
+        assert result["b"] == data
+        second, error, _ = run_within(20, lambda: client.execute(program()))
+    assert error is None, repr(error)
+    assert second["x"] == "honest"
+    assert len(direct) == 1 and direct[0] < 24 * MiB  # most of it came past h11
+    assert connections[0] is not connections[1]
+
+
 @pytest.mark.parametrize("coding", ["br", "zstd", "gzip, gzip, gzip", "compress"])
 def test_codings_the_client_did_not_ask_for_are_refused(hostile, coding):
     requests: list[Exchange] = []
