@@ -12,7 +12,8 @@ kernel for transparent huge pages: on a virtual machine, faulting in 64 MiB a 4 
 at a time costs five times copying it (a bytearray of 64 MiB, zeroed: 34 ms; the mapping,
 filled: 10 ms). Where the kernel gives no huge pages on request, or Python has no
 ``madvise``, the mapping costs what a bytearray does. A large ``bytes`` value decoded from
-the body is made the same way (:func:`bytes_copy`).
+the body is made the same way (:func:`bytes_copy`). On a plain socket, the rest of such a
+body is received straight into the mapping (:data:`DIRECT_FROM_BYTES`), not through h11.
 """
 
 from __future__ import annotations
