@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 import mmap
 import os
 import sys
@@ -137,6 +138,8 @@ def _read_declared(
     hasher = _part_hasher(response, body)
     view = memoryview(body)
     size = 0
+    # A body in chunks (which h11 takes over Content-Length, as HTTP says) is h11's to read.
+    direct_from = math.inf if "transfer-encoding" in response.headers else DIRECT_FROM_BYTES
     try:
         for raw in _pieces(response, what, deadline):
             # h11 delivers no more than the declared length; checked all the same.
@@ -146,7 +149,7 @@ def _read_declared(
             size += len(raw)
             if hasher is not None:
                 hasher.advance(size)
-            receive = receiver_into(response) if length - size >= DIRECT_FROM_BYTES else None
+            receive = receiver_into(response) if length - size >= direct_from else None
             if receive is not None:
                 size = _receive_rest(receive, view, size, what, deadline, hasher)
                 break

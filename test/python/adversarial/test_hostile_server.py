@@ -297,6 +297,32 @@ def test_a_large_answer_is_received_past_h11_and_what_follows_it_is_never_read(h
     assert connections[0] is not connections[1]
 
 
+def test_a_large_chunked_answer_that_declares_a_length_too_is_read_as_chunks(hostile):
+    # HTTP reads a body by its chunks where it has both: the length must not make the
+    # client take the chunks' framing for the body's bytes.
+    data = bytes(range(256)) * (24 * MiB // 256)
+    node = {"type": "bytes", "part": "return:0", "sha256": sha256_hex(data)}
+    body, content_type = multipart(completed({"b": node}), data)
+    step = 3 * MiB
+    chunked = b"".join(
+        b"%x\r\n" % len(body[at : at + step]) + body[at : at + step] + b"\r\n"
+        for at in range(0, len(body), step)
+    ) + b"0\r\n\r\n"
+
+    def answer(exchange: Exchange) -> bool:
+        exchange.read_body()
+        exchange.send(
+            head(Content_Type=content_type, Content_Length=len(body), Transfer_Encoding="chunked") + chunked
+        )
+        return True
+
+    server = hostile(answer)
+    with Client(server.url) as client:
+        result, error, _ = run_within(60, lambda: client.execute(program()))
+    assert error is None, repr(error)
+    assert result["b"] == data
+
+
 @pytest.mark.parametrize("coding", ["br", "zstd", "gzip, gzip, gzip", "compress"])
 def test_codings_the_client_did_not_ask_for_are_refused(hostile, coding):
     requests: list[Exchange] = []
