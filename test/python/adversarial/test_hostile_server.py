@@ -249,9 +249,7 @@ def test_an_answer_cut_short_of_its_declared_length_is_an_error_not_a_short_body
 
 
 def test_a_large_answer_of_declared_length_comes_back_whole(hostile):
-    data = bytes(range(256)) * (48 * MiB // 256)
-    node = {"type": "bytes", "part": "return:0", "sha256": sha256_hex(data)}
-    body, content_type = multipart(completed({"b": node}), data)
+    data, body, content_type = bytes_answer(48)
     server = hostile(answer_with(body, content_type))
     with Client(server.url) as client:
         result, error, _ = run_within(60, lambda: client.execute(program()))
@@ -268,9 +266,7 @@ def test_a_large_answer_is_received_past_h11_and_what_follows_it_is_never_read(h
     monkeypatch.setattr(
         kcoral._body, "_receive_rest", lambda *args: direct.append(args[2]) or real(*args)
     )
-    data = bytes(range(256)) * (24 * MiB // 256)
-    node = {"type": "bytes", "part": "return:0", "sha256": sha256_hex(data)}
-    large, large_type = multipart(completed({"b": node}), data)
+    data, large, large_type = bytes_answer(24)
     forged = json.dumps(completed({"x": {"type": "string", "value": "forged"}})).encode()
     honest = json.dumps(completed({"x": {"type": "string", "value": "honest"}})).encode()
     connections: list[socket.socket] = []
@@ -300,9 +296,7 @@ def test_a_large_answer_is_received_past_h11_and_what_follows_it_is_never_read(h
 def test_a_large_chunked_answer_that_declares_a_length_too_is_read_as_chunks(hostile):
     # HTTP reads a body by its chunks where it has both: the length must not make the
     # client take the chunks' framing for the body's bytes.
-    data = bytes(range(256)) * (24 * MiB // 256)
-    node = {"type": "bytes", "part": "return:0", "sha256": sha256_hex(data)}
-    body, content_type = multipart(completed({"b": node}), data)
+    data, body, content_type = bytes_answer(24)
     step = 3 * MiB
     chunked = b"".join(
         b"%x\r\n" % len(body[at : at + step]) + body[at : at + step] + b"\r\n"
@@ -455,6 +449,14 @@ def multipart(document: dict[str, Any], *blobs: bytes) -> tuple[bytes, str]:
     parts += [Part(f"return:{i}", "application/octet-stream", blob) for i, blob in enumerate(blobs)]
     content_type, body = encode_multipart(parts)
     return body, content_type
+
+
+def bytes_answer(mib: int) -> tuple[bytes, bytes, str]:
+    """``mib`` MiB of bytes, and a multipart answer returning them as "b": (data, body, type)."""
+    data = bytes(range(256)) * (mib * MiB // 256)
+    node = {"type": "bytes", "part": "return:0", "sha256": sha256_hex(data)}
+    body, content_type = multipart(completed({"b": node}), data)
+    return data, body, content_type
 
 
 def number_node(literal: str) -> bytes:
@@ -676,9 +678,7 @@ def test_a_preamble_dressed_as_a_part_is_hashed_but_never_taken(hostile, hashed_
     """A preamble holding "--boundary" and a blank line: the hasher takes it for a part and
     hashes it; the decoder, which skips a preamble up to the first delimiter after CRLF,
     never sees that part, and the real one comes back as it was sent."""
-    data = bytes(range(256)) * (5 * MiB // 256)
-    node = {"type": "bytes", "part": "return:0", "sha256": sha256_hex(data)}
-    body, content_type = multipart(completed({"b": node}), data)
+    data, body, content_type = bytes_answer(5)
     boundary = content_type.split("boundary=")[1].encode()
     body = b"x--" + boundary + b"\r\n\r\n" + bytes(MiB) + b"\r\n" + body
     server = hostile(answer_with(body, content_type))
@@ -707,9 +707,7 @@ def test_a_large_answer_received_into_a_bytearray_is_hashed_while_it_arrives_too
 ):
     """Where Python has no madvise (macOS, say) a large body goes into a bytearray."""
     monkeypatch.setattr(kcoral._body, "_receive_buffer", bytearray)
-    data = bytes(range(256)) * (6 * MiB // 256)
-    node = {"type": "bytes", "part": "return:0", "sha256": sha256_hex(data)}
-    body, content_type = multipart(completed({"b": node}), data)
+    data, body, content_type = bytes_answer(6)
     hashed_after = hashed_after_receiving(monkeypatch)
     server = hostile(answer_with(body, content_type))
     with Client(server.url) as client:
