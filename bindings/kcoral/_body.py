@@ -174,11 +174,7 @@ def _receive_rest(
 ) -> int:
     """Receives the body's bytes after its first ``size`` straight into ``view``, to its end."""
     while size < len(view):
-        if deadline.passed():
-            raise DeadlineExceeded(
-                f"{what}: the answer was not complete within the call's deadline of "
-                f"{deadline.seconds:g} s"
-            )
+        _keep(deadline, what)
         received = receive(view[size : size + READ_BYTES])
         if received == 0:
             raise httpx.RemoteProtocolError(
@@ -194,12 +190,17 @@ def _receive_rest(
 def _pieces(response: httpx.Response, what: str, deadline: Deadline) -> Iterator[bytes]:
     """The body's raw pieces as they arrive; DeadlineExceeded once ``deadline`` passes."""
     for raw in response.iter_raw():
-        if deadline.passed():
-            raise DeadlineExceeded(
-                f"{what}: the answer was not complete within the call's deadline of "
-                f"{deadline.seconds:g} s"
-            )
+        _keep(deadline, what)
         yield raw
+
+
+def _keep(deadline: Deadline, what: str) -> None:
+    """DeadlineExceeded once ``deadline`` has passed, the answer not complete."""
+    if deadline.passed():
+        raise DeadlineExceeded(
+            f"{what}: the answer was not complete within the call's deadline of "
+            f"{deadline.seconds:g} s"
+        )
 
 
 def _part_hasher(response: httpx.Response, body: bytearray | mmap.mmap) -> PartHasher | None:
