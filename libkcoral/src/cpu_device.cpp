@@ -13,13 +13,16 @@ using cpython::PyRef;
 
 class CpuDevice final : public Device {
  public:
-  explicit CpuDevice(PyObject* support) : support_(PyRef::borrow(support)) {}
+  // mmap is imported here, with the executor, not by the first program with an aligned
+  // tensor: a module a program imports is a change a reused worker's check retires it for.
+  explicit CpuDevice(PyObject* support)
+      : support_(PyRef::borrow(support)), mmap_(KCORAL_PY_CHECK(PyImport_ImportModule("mmap"))) {}
 
   PyRef make_tensor(const Blob& blob, const Upload& upload) override {
     PyRef shape = KCORAL_PY_CHECK(PyList_New(0));
     for (std::int64_t extent : upload.shape)
       KCORAL_PY_CHECK(PyList_Append(shape.get(), PyRef::steal(PyLong_FromLongLong(extent)).get()));
-    PrivateBuffer buffer = private_buffer(blob, item_size(upload.dtype));
+    PrivateBuffer buffer = private_buffer(blob, item_size(upload.dtype), mmap_.get());
     std::string dtype(to_wire(upload.dtype));
     return KCORAL_PY_CHECK(PyObject_CallMethod(support_.get(), "make_tensor", "Os#On", buffer.buffer.get(),
                                                dtype.data(), static_cast<Py_ssize_t>(dtype.size()), shape.get(),
@@ -39,11 +42,12 @@ class CpuDevice final : public Device {
 
  private:
   PyRef support_;
+  PyRef mmap_;
 };
 
 }  // namespace
 
-PrivateBuffer private_buffer(const Blob& blob, std::size_t item_size) {
+PrivateBuffer private_buffer(const Blob& blob, std::size_t item_size, PyObject* mmap_module) {
   if (blob.size() == 0) return {PyRef::borrow(Py_None), 0};
   const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
   std::size_t into_page = blob.offset() % page;
@@ -52,8 +56,7 @@ PrivateBuffer private_buffer(const Blob& blob, std::size_t item_size) {
             0};
   // mmap.mmap(fd, length, MAP_PRIVATE, PROT_READ | PROT_WRITE, ACCESS_DEFAULT, offset) from
   // the blob's page: writes stay in this process.
-  PyRef mmap_module = KCORAL_PY_CHECK(PyImport_ImportModule("mmap"));
-  return {KCORAL_PY_CHECK(PyObject_CallMethod(mmap_module.get(), "mmap", "iniiiL", blob.fd(),
+  return {KCORAL_PY_CHECK(PyObject_CallMethod(mmap_module, "mmap", "iniiiL", blob.fd(),
                                               static_cast<Py_ssize_t>(into_page + blob.size()), MAP_PRIVATE,
                                               PROT_READ | PROT_WRITE, 0,
                                               static_cast<long long>(blob.offset() - into_page))),

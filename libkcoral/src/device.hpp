@@ -59,12 +59,12 @@ class Device {
 // A private, writable buffer with a blob's bytes, for a tensor of `item_size`-byte
 // elements, and where in it they start. A copy-on-write mapping of the pages that hold
 // them where the first byte lies on an element boundary of its page (so the array over it
-// is aligned), else a copy; None when the blob is empty.
+// is aligned), else a copy; None when the blob is empty. `mmap_module`: Python's mmap.
 struct PrivateBuffer {
   cpython::PyRef buffer;
   std::size_t offset = 0;
 };
-[[nodiscard]] PrivateBuffer private_buffer(const Blob& blob, std::size_t item_size);
+[[nodiscard]] PrivateBuffer private_buffer(const Blob& blob, std::size_t item_size, PyObject* mmap_module);
 
 // `support` is the executor's Python helper module (_kcoral_executor).
 [[nodiscard]] std::unique_ptr<Device> make_cpu_device(PyObject* support);

@@ -29,8 +29,8 @@ def mark(*uploads):
     return seen
 
 
-def mark_returning_bytes():
-    return [mark(), b"returned" * 10_000]
+def mark_returning_bytes(times=10_000):
+    return [mark(), b"returned" * times]
 """
 
 # Each leaves one thing of the worker's state changed, under the label the server counts
@@ -80,8 +80,10 @@ def marks(server: Server, *uploads: bytes | np.ndarray) -> int:
 def test_programs_that_change_nothing_share_the_worker(checked):
     first = marks(checked)
     assert marks(checked) == first + 1
-    # Uploads come in memory files of their own, closed with the program.
-    assert marks(checked, b"x" * 100_000, np.arange(4096, dtype=np.float32)) == first + 2
+    # Uploads come in memory files of their own, closed with the program. A tensor of bytes
+    # is always aligned: a copy-on-write mapping, which takes nothing the worker had not.
+    uploads = b"x" * 100_000, np.arange(4096, dtype=np.float32), np.arange(256, dtype=np.uint8)
+    assert marks(checked, *uploads) == first + 2
     # So do returned values, which go back in a memory file the worker sends.
     seen, returned = checked.execute(call(MARK, "mark_returning_bytes")).raise_for_error()["out"]
     assert seen == first + 3 and returned == b"returned" * 10_000
@@ -92,10 +94,10 @@ def test_programs_that_change_nothing_share_the_worker(checked):
     program.return_(key="as_uploaded", value=program.upload(id="b", kind="bytes", value=payload))
     assert checked.execute(program).raise_for_error()["as_uploaded"] == payload
     assert marks(checked) == first + 5
-    program = call(MARK, "mark_returning_bytes")
+    program = call(MARK, "mark_returning_bytes", 500_000)  # 4 MB of new bytes, hashed
     program.return_(key="large", value=program.upload(id="b", kind="bytes", value=payload))
     result = checked.execute(program).raise_for_error()
-    assert result["out"][0] == first + 6 and result["large"] == payload
+    assert result["out"] == [first + 6, b"returned" * 500_000] and result["large"] == payload
     assert marks(checked) == first + 7
     assert "retired as soon as one leaves its threads" in checked.stderr_text()
 
