@@ -79,7 +79,12 @@ std::string format_traceback(PyObject* exception) {
 
 }  // namespace
 
-void set_error_presentation(ErrorPresentation shown) { presentation() = std::move(shown); }
+void set_error_presentation(ErrorPresentation shown) {
+  presentation() = std::move(shown);
+  // format_traceback's module, imported now rather than by the first program that fails:
+  // a module a program imports is a change a reused worker's check retires it for.
+  if (!PyRef::steal(PyImport_ImportModule("traceback"))) PyErr_Clear();
+}
 
 std::string PythonError::summary() const {
   return message.empty() ? type_name : type_name + ": " + message;

@@ -14,7 +14,8 @@
 
 namespace kcoral::cpython {
 
-// What fetch_python_error leaves out. Set once, before the first error is read.
+// What fetch_python_error leaves out. Set once, before the first error is read, with the
+// GIL held (it imports the traceback module the errors are formatted with).
 struct ErrorPresentation {
   // Classes of modules whose names start with this go by their own name alone.
   std::string local_module_prefix;

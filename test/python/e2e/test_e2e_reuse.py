@@ -31,6 +31,11 @@ def mark(*uploads):
 
 def mark_returning_bytes(times=10_000):
     return [mark(), b"returned" * times]
+
+
+def mark_and_fail():
+    mark()
+    raise ValueError("as expected")
 """
 
 # Each leaves one thing of the worker's state changed, under the label the server counts
@@ -99,6 +104,11 @@ def test_programs_that_change_nothing_share_the_worker(checked):
     result = checked.execute(program).raise_for_error()
     assert result["out"] == [first + 6, b"returned" * 500_000] and result["large"] == payload
     assert marks(checked) == first + 7
+    # A program that fails leaves its worker as it found it too (its traceback is formatted
+    # with a module the worker had imported before its first program).
+    failed = checked.execute(call(MARK, "mark_and_fail"))
+    assert not failed.completed and "as expected" in failed.error["message"]
+    assert marks(checked) == first + 9
     assert "retired as soon as one leaves its threads" in checked.stderr_text()
 
 
