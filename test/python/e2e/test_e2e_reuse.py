@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import ml_dtypes
 import numpy as np
 import pytest
 from e2e.harness import Server
@@ -86,8 +87,10 @@ def test_programs_that_change_nothing_share_the_worker(checked):
     first = marks(checked)
     assert marks(checked) == first + 1
     # Uploads come in memory files of their own, closed with the program. A tensor of bytes
-    # is always aligned: a copy-on-write mapping, which takes nothing the worker had not.
-    uploads = b"x" * 100_000, np.arange(4096, dtype=np.float32), np.arange(256, dtype=np.uint8)
+    # is always aligned (a copy-on-write mapping: mmap), bfloat16 needs ml_dtypes: neither
+    # takes a module the worker had not.
+    uploads = (b"x" * 100_000, np.arange(4096, dtype=np.float32), np.arange(256, dtype=np.uint8),
+               np.ones(8, dtype=ml_dtypes.bfloat16))
     assert marks(checked, *uploads) == first + 2
     # So do returned values, which go back in a memory file the worker sends.
     seen, returned = checked.execute(call(MARK, "mark_returning_bytes")).raise_for_error()["out"]
