@@ -13,13 +13,10 @@ using cpython::PyRef;
 
 class CpuDevice final : public Device {
  public:
-  // mmap, and ml_dtypes where installed (bfloat16 and float8 tensors), are imported here,
-  // with the executor, not by the first program with such a tensor: a module a program
-  // imports is a change a reused worker's check retires it for.
+  // mmap is imported here, with the executor, not by the first program with an aligned
+  // tensor: a module a program imports is a change a reused worker's check retires it for.
   explicit CpuDevice(PyObject* support)
-      : support_(PyRef::borrow(support)), mmap_(KCORAL_PY_CHECK(PyImport_ImportModule("mmap"))) {
-    if (!PyRef::steal(PyImport_ImportModule("ml_dtypes"))) PyErr_Clear();
-  }
+      : support_(PyRef::borrow(support)), mmap_(KCORAL_PY_CHECK(PyImport_ImportModule("mmap"))) {}
 
   PyRef make_tensor(const Blob& blob, const Upload& upload) override {
     PyRef shape = KCORAL_PY_CHECK(PyList_New(0));

@@ -208,6 +208,12 @@ Result<std::vector<PreloadedModule>> Executor::preload(const std::vector<std::st
       }
       report.push_back(std::move(*module));
     }
+    // With numpy, on a CPU server, ml_dtypes where installed: CPU tensor uploads of bfloat16
+    // and float8 are made with it, and a module a program imports is a change a reused
+    // worker's check retires it for.
+    if (!impl_->options.gpu && PyDict_GetItemString(PyImport_GetModuleDict(), "numpy") != nullptr &&
+        !PyRef::steal(PyImport_ImportModule("ml_dtypes")))
+      PyErr_Clear();
   } catch (const cpython::PythonException& e) {
     return fail(ErrorKind::engine, std::string("cannot preload modules: ") + e.what());
   }
