@@ -1,5 +1,5 @@
 """Client over an in-process fake server: cache negotiation, ids, timeouts, deadlines, answer
-limits, errors. The same attacks over a real socket are in adversarial/test_hostile_server.py."""
+limits, errors. The same attacks over a real socket are in adversarial/test_hostile_*.py."""
 
 from __future__ import annotations
 
