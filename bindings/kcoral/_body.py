@@ -25,7 +25,7 @@ import mmap
 import os
 import sys
 import zlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import MappingProxyType
 from typing import NamedTuple
 
@@ -34,7 +34,7 @@ import httpx
 from kcoral._codec import Body, parse_header_value, shown
 from kcoral._deadline import READ_BYTES, Deadline, receiver_into
 from kcoral._errors import DeadlineExceeded, ProtocolError
-from kcoral._part_hasher import PartDigests, PartHasher
+from kcoral._part_hasher import NO_UPLOADS, PartDigests, PartHasher
 
 ACCEPT_ENCODING = "gzip, deflate"
 CHUNK_BYTES = 64 << 10
@@ -74,6 +74,7 @@ def read_body(
     *,
     truncate: bool = False,
     advice: str = "",
+    uploads: Mapping[str, bytes] = NO_UPLOADS,
 ) -> Received:
     """The decoded body of a streamed ``response``, at most ``limit`` bytes.
 
@@ -85,7 +86,8 @@ def read_body(
     A body of declared length in no coding is read into one buffer of that length as it
     arrives (a bytearray, or from MAPPED_FROM_BYTES a private mapping), so a large answer
     is copied once, while it comes, not again after its last byte; a large multipart one
-    has its parts hashed meanwhile, where there are cores to spare.
+    has its parts hashed meanwhile, where there are cores to spare, or compared with
+    ``uploads`` (the program's blobs by SHA-256) where they are those coming back.
     """
     if response.is_stream_consumed:
         # A transport that read the body itself (httpx.MockTransport given content=, say)
@@ -99,7 +101,7 @@ def read_body(
     if not decoders and not truncate and declared.isdigit() and len(declared) < 20:
         if int(declared) > limit:
             raise _too_large(what, limit, advice, f" (it declares {int(declared)} bytes)")
-        return _read_declared(response, int(declared), what, deadline)
+        return _read_declared(response, int(declared), what, deadline, uploads)
     # The pieces are joined once at the end: one copy of the body, however large.
     body: list[bytes] = []
     size = 0
@@ -131,11 +133,15 @@ def read_body(
 
 
 def _read_declared(
-    response: httpx.Response, length: int, what: str, deadline: Deadline
+    response: httpx.Response,
+    length: int,
+    what: str,
+    deadline: Deadline,
+    uploads: Mapping[str, bytes],
 ) -> Received:
     """A body of ``length`` bytes (its Content-Length, within the limit) in no coding."""
     body = _receive_buffer(length)
-    hasher = _part_hasher(response, body)
+    hasher = _part_hasher(response, body, uploads)
     view = memoryview(body)
     size = 0
     # A body in chunks (which h11 takes over Content-Length, as HTTP says) is h11's to read.
@@ -203,7 +209,9 @@ def _keep(deadline: Deadline, what: str) -> None:
         )
 
 
-def _part_hasher(response: httpx.Response, body: bytearray | mmap.mmap) -> PartHasher | None:
+def _part_hasher(
+    response: httpx.Response, body: bytearray | mmap.mmap, uploads: Mapping[str, bytes]
+) -> PartHasher | None:
     """A hasher following the receipt of ``body``, for a large multipart answer where
     this process has cores to spare; None otherwise."""
     if len(body) < MAPPED_FROM_BYTES or _usable_cores() < HASH_WHILE_RECEIVING_CORES:
@@ -215,7 +223,7 @@ def _part_hasher(response: httpx.Response, body: bytearray | mmap.mmap) -> PartH
     boundary = params.get("boundary", "")
     if media_type != "multipart/form-data" or not boundary or not boundary.isascii():
         return None
-    return PartHasher(body, boundary.encode("ascii"))
+    return PartHasher(body, boundary.encode("ascii"), uploads)
 
 
 def _usable_cores() -> int:
@@ -244,7 +252,10 @@ def bytes_copy(data: bytes | bytearray | memoryview) -> bytes:
     (``PyBytes_FromStringAndSize(NULL, n)``); here its interior 2 MiB pages are advised
     ``MADV_HUGEPAGE`` before the copy. Where that C API or ``madvise`` is not at hand
     (another Python, another system), or the value is small, this is ``bytes(data)``.
+    A ``bytes`` is returned as it is, as ``bytes(data)`` does: it cannot change.
     """
+    if type(data) is bytes:
+        return data
     make = _uninitialized_bytes() if len(data) >= MAPPED_FROM_BYTES else None
     if make is None:
         return bytes(data)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import os
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, ParamSpec, overload
 
@@ -25,6 +25,7 @@ from kcoral._body import ACCEPT_ENCODING, Received, read_body
 from kcoral._codec import loads_json
 from kcoral._deadline import Deadline, DeadlineTransport, within
 from kcoral._errors import DeadlineExceeded, ProtocolError, TransportError
+from kcoral._part_hasher import NO_UPLOADS
 from kcoral._program import Program
 from kcoral._remote import RemoteFunction
 from kcoral._result import CacheMiss, ProgramResult, decode_response, error_from_response
@@ -197,6 +198,7 @@ class Client:
                 deadline,
                 read_timeout,
                 self._max_response_bytes,
+                uploads=program.blobs,
                 # The pieces go out one after another, never joined: a 64 MiB blob is not
                 # copied. The length makes it one Content-Length body, not a chunked one.
                 content=chunks,
@@ -207,7 +209,12 @@ class Client:
                 },
             )
             outcome = decode_response(
-                status_code, headers.get("content-type"), answer.body, headers.get, answer.digests
+                status_code,
+                headers.get("content-type"),
+                answer.body,
+                headers.get,
+                answer.digests,
+                program.blobs,
             )
             if isinstance(outcome, ProgramResult):
                 return outcome
@@ -329,12 +336,14 @@ class Client:
         deadline: Deadline,
         read_seconds: float | None,
         limit: int,
+        uploads: Mapping[str, bytes] = NO_UPLOADS,
         **kwargs: Any,
     ) -> tuple[int, httpx.Headers, Received]:
         """One request and its whole answer, (status, headers, decoded body), by ``deadline``.
 
         The answer of a 200 may hold ``limit`` bytes; an error answer's first
-        ERROR_BODY_BYTES are kept, which is all that identifies it.
+        ERROR_BODY_BYTES are kept, which is all that identifies it. ``uploads``: the
+        program's blobs by SHA-256, which parts of the answer may be (kcoral._body).
         """
         what = f"{method} {path}"
         left = deadline.remaining()
@@ -366,6 +375,7 @@ class Client:
                     )
                     if path == "/execute"
                     else "",
+                    uploads=uploads,
                 )
                 return response.status_code, response.headers, received
         except httpx.HTTPError as error:

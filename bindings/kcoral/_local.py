@@ -43,7 +43,9 @@ def run_local(
     ):
         raise ProtocolError("kcoral._native.execute did not return (status, content type, body)")
     status_code, response_type, response_body = answer
-    outcome = decode_response(status_code, response_type, bytes(response_body), lambda _: None)
+    outcome = decode_response(
+        status_code, response_type, bytes(response_body), lambda _: None, uploads=program.blobs
+    )
     if isinstance(outcome, CacheMiss):
         raise ProtocolError("the native executor reported a cache miss for a complete request")
     return outcome

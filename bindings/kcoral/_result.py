@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -29,7 +29,7 @@ from kcoral._errors import (
     server_error,
 )
 from kcoral._files import ReturnedFile, ReturnedFolder, check_manifest
-from kcoral._part_hasher import PartDigests
+from kcoral._part_hasher import NO_UPLOADS, PartDigests
 from kcoral._program import DTYPE_ITEM_SIZES
 
 _ERROR_FIELDS = {
@@ -107,12 +107,15 @@ def decode_response(
     body: Body,
     headers_get: Callable[[str], str | None],
     digests: PartDigests | None = None,
+    uploads: Mapping[str, bytes] = NO_UPLOADS,
 ) -> CacheMiss | ProgramResult:
     """Decode one /execute response; raises ServerError (HTTP errors) or ProtocolError.
 
     ``headers_get`` looks up a response header by lowercase name (``None`` when absent);
     it supplies ``Retry-After`` and the ``X-Request-ID`` fallback for error bodies.
     ``digests``: the SHA-256 of payloads hashed while the body arrived, by offset range.
+    ``uploads``: the program's blobs by SHA-256; a returned part naming one of them is
+    compared with it rather than hashed, and decodes to it.
     """
     if status_code != 200:
         raise error_from_response(status_code, body, headers_get)
@@ -125,7 +128,7 @@ def decode_response(
     if status not in ("COMPLETED", "FAILED"):
         raise ProtocolError(f"unexpected response status {_shown(status)}")
     try:
-        return _program_result(document, parts)
+        return _program_result(document, _Parts(parts, uploads))
     except (KeyError, TypeError, ValueError, ArithmeticError, RecursionError) as error:
         raise ProtocolError(f"malformed execution response: {error!r:.500}") from error
 
@@ -213,13 +216,12 @@ def _cache_miss(document: dict[str, Any]) -> CacheMiss:
     return CacheMiss(request_id, frozenset(missing))
 
 
-def _program_result(document: dict[str, Any], parts: dict[str, Part]) -> ProgramResult:
+def _program_result(document: dict[str, Any], parts: _Parts) -> ProgramResult:
     # Top-level fields beyond the protocol's are ignored, so a server may add metadata
     # without breaking clients; everything the protocol defines is checked.
     encoded = _typed(document, "results", dict)
-    used: list[str] = []
-    results = {key: _decode_value(value, parts, used) for key, value in encoded.items()}
-    unreferenced = sorted(parts.keys() - set(used))
+    results = {key: _decode_value(value, parts) for key, value in encoded.items()}
+    unreferenced = parts.unreferenced()
     if unreferenced:
         raise ValueError(f"binary parts {_shown(unreferenced)} are referenced by no value")
     if document["status"] == "COMPLETED" and "error" in document:
@@ -308,8 +310,8 @@ def _fields(node: dict[str, Any], *names: str) -> None:
         raise ValueError(f"a {_shown(node['type'])} value has fields {_shown(sorted(node))}")
 
 
-def _decode_value(node: Any, parts: dict[str, Part], used: list[str]) -> Any:
-    """Decode one node of the typed value tree; ``used`` collects parts in visiting order."""
+def _decode_value(node: Any, parts: _Parts) -> Any:
+    """Decode one node of the typed value tree, taking its binary parts from ``parts``."""
     if not isinstance(node, dict) or not isinstance(node.get("type"), str):
         raise ValueError("a value is not an object with a 'type'")
     kind = node["type"]
@@ -325,18 +327,18 @@ def _decode_value(node: Any, parts: dict[str, Part], used: list[str]) -> Any:
         _fields(node, "value")
         if not isinstance(node["value"], list):
             raise ValueError("an 'array' value is not a list")
-        return [_decode_value(child, parts, used) for child in node["value"]]
+        return [_decode_value(child, parts) for child in node["value"]]
     if kind == "object":
         _fields(node, "value")
         if not isinstance(node["value"], dict):
             raise ValueError("an 'object' value is not an object")
-        return {key: _decode_value(child, parts, used) for key, child in node["value"].items()}
+        return {key: _decode_value(child, parts) for key, child in node["value"].items()}
     if kind == "bytes":
         _fields(node, "part", "sha256")
-        return _take_part(node, parts, used, bytes_copy)
+        return parts.take(node, bytes_copy)
     if kind == "file":
         _fields(node, "size", "part", "sha256")
-        data = _take_part(node, parts, used, bytes_copy)
+        data = parts.take(node, bytes_copy)
         size = node["size"]
         if isinstance(size, bool) or not isinstance(size, int) or size != len(data):
             raise ValueError(
@@ -353,11 +355,11 @@ def _decode_value(node: Any, parts: dict[str, Part], used: list[str]) -> Any:
         for path, child in files.items():
             if not isinstance(child, dict) or child.get("type") != "file":
                 raise ValueError(f"folder entry {_shown(path)} is not a file value")
-            decoded[path] = _decode_value(child, parts, used)
+            decoded[path] = _decode_value(child, parts)
         return ReturnedFolder(decoded, directories)
     if kind == "tensor":
         _fields(node, "dtype", "shape", "part", "sha256")
-        return _take_part(node, parts, used, lambda data: _decode_tensor(node, data))
+        return parts.take(node, lambda data: _decode_tensor(node, data))
     raise ValueError(f"unknown value type {_shown(kind)}")
 
 
@@ -374,7 +376,6 @@ def _is_scalar(kind: str, value: Any) -> bool:
     return isinstance(value, str)
 
 
-
 _Value = TypeVar("_Value")
 
 # Parts at least this large, not hashed while the answer arrived, are hashed on a thread of
@@ -383,50 +384,71 @@ _Value = TypeVar("_Value")
 _HASHED_ALONGSIDE_BYTES = 1 << 20
 
 
-def _take_part(
-    node: dict[str, Any],
-    parts: dict[str, Part],
-    used: list[str],
-    materialize: Callable[[bytes | memoryview], _Value],
-) -> _Value:
-    """A binary node's value, ``materialize`` of its part, checking depth-first numbering,
-    single use and digest (whose mismatch is the error, whatever ``materialize`` says).
-    The part's digest is computed here unless it was while the answer arrived."""
-    name = node["part"]
-    # Numbering by visiting order also makes a second reference to a part impossible.
-    if name != f"return:{len(used)}":
-        raise ValueError(
-            f"binary part {_shown(name)} is not numbered depth-first "
-            f"(expected 'return:{len(used)}')"
-        )
-    if name not in parts:
-        raise ValueError(f"binary part {_shown(name)} is missing from the response")
-    data, known = parts[name].data, parts[name].sha256
-    digest = node["sha256"]
-    if not is_sha256_hex(digest):
-        raise ValueError(f"binary part {_shown(name)} does not match its sha256")
-    failure: ValueError | None = None
-    if known is not None or len(data) < _HASHED_ALONGSIDE_BYTES:
-        matches = (known or sha256_hex(data)) == digest
-        if matches:
-            value = materialize(data)
-    else:
-        hashed: list[str] = []
-        hashing = threading.Thread(target=lambda: hashed.append(sha256_hex(data)))
-        hashing.start()
-        try:
-            value = materialize(data)
-        except ValueError as error:
-            failure = error
-        finally:
-            hashing.join()
-        matches = hashed == [digest]
-    if not matches:
-        raise ValueError(f"binary part {_shown(name)} does not match its sha256")
-    if failure is not None:
-        raise failure
-    used.append(name)
-    return value
+class _Parts:
+    """An answer's binary parts, taken by the value tree's nodes in depth-first order."""
+
+    def __init__(self, parts: dict[str, Part], uploads: Mapping[str, bytes]) -> None:
+        self._parts = parts
+        self._uploads = uploads
+        self._used: list[str] = []
+
+    def unreferenced(self) -> list[str]:
+        return sorted(self._parts.keys() - set(self._used))
+
+    def take(self, node: dict[str, Any], materialize: Callable[[bytes | memoryview], _Value]) -> _Value:
+        """A binary node's value, ``materialize`` of its part, checking depth-first
+        numbering, single use and digest (whose mismatch is the error, whatever
+        ``materialize`` says). The part's digest is computed here unless it was while the
+        answer arrived; a part that is one of the program's uploads coming back is compared
+        with it instead, and ``materialize`` is given the upload (a bytes value is then the
+        very ``bytes`` the caller uploaded: no copy)."""
+        name = node["part"]
+        # Numbering by visiting order also makes a second reference to a part impossible.
+        if name != f"return:{len(self._used)}":
+            raise ValueError(
+                f"binary part {_shown(name)} is not numbered depth-first "
+                f"(expected 'return:{len(self._used)}')"
+            )
+        if name not in self._parts:
+            raise ValueError(f"binary part {_shown(name)} is missing from the response")
+        data, known = self._parts[name].data, self._parts[name].sha256
+        digest = node["sha256"]
+        if not is_sha256_hex(digest):
+            raise ValueError(f"binary part {_shown(name)} does not match its sha256")
+        upload = self._uploads.get(digest)
+        failure: ValueError | None = None
+        if upload is not None and self._same(data, known, digest, upload):
+            matches = True
+            value = materialize(upload)
+        elif known is not None or len(data) < _HASHED_ALONGSIDE_BYTES:
+            matches = (known or sha256_hex(data)) == digest
+            if matches:
+                value = materialize(data)
+        else:
+            hashed: list[str] = []
+            hashing = threading.Thread(target=lambda: hashed.append(sha256_hex(data)))
+            hashing.start()
+            try:
+                value = materialize(data)
+            except ValueError as error:
+                failure = error
+            finally:
+                hashing.join()
+            matches = hashed == [digest]
+        if not matches:
+            raise ValueError(f"binary part {_shown(name)} does not match its sha256")
+        if failure is not None:
+            raise failure
+        self._used.append(name)
+        return value
+
+    @staticmethod
+    def _same(data: bytes | memoryview, known: str | None, digest: str, upload: bytes) -> bool:
+        """Whether ``data`` is ``upload``, whose SHA-256 is ``digest``: by the digest found
+        while the answer arrived, else byte for byte (``memcmp``, no copy)."""
+        if known is not None:
+            return known == digest
+        return len(data) == len(upload) and upload.startswith(data)
 
 
 def _numpy_dtype(dtype: str) -> np.dtype[Any]:

@@ -154,7 +154,6 @@ def program() -> Program:
     return built
 
 
-
 def executed(
     server: HostileServer, seconds: float, **client: Any
 ) -> tuple[Any, BaseException | None, float]:

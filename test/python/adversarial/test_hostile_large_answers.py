@@ -28,7 +28,7 @@ from adversarial.hostile_server import (
     program,
     run_within,
 )
-from kcoral import Client, DeadlineExceeded, ProtocolError, TransportError
+from kcoral import Client, DeadlineExceeded, Program, ProtocolError, TransportError
 from kcoral._codec import sha256_hex
 
 # -- received into one buffer, past httpx's layers --------------------------------------------
@@ -187,3 +187,35 @@ def test_a_large_answer_received_into_a_bytearray_is_hashed_while_it_arrives_too
     result, error, _ = executed(server, 60)
     assert error is None, repr(error)
     assert result["b"] == data and hashed_after == []
+
+
+# -- the program's own upload coming back --------------------------------------------------
+#
+# A part that names the digest of one of the program's uploads is compared with the
+# caller's bytes (while it arrives, or while decoding) and decodes to them: a server cannot
+# pass other bytes off as them.
+
+
+@pytest.mark.parametrize("while_arriving", [False, True])
+@pytest.mark.parametrize("change", [None, 0, -1, "shorter"])
+def test_an_answer_naming_the_callers_upload_is_its_bytes_or_refused(hostile, monkeypatch, while_arriving, change):
+    if while_arriving:
+        monkeypatch.setattr(kcoral._body, "HASH_WHILE_RECEIVING_CORES", 1)
+    upload = bytes(range(256)) * (24 * MiB // 256)
+    sent = bytearray(upload)
+    if change == "shorter":
+        del sent[-1]
+    elif change is not None:
+        sent[change] ^= 1
+    node = {"type": "bytes", "part": "return:0", "sha256": sha256_hex(upload)}
+    body, content_type = multipart(completed({"b": node}), bytes(sent))
+    server = hostile(answer_with(body, content_type))
+    built = Program()
+    built.return_(key="b", value=built.upload(kind="bytes", value=upload))
+    with Client(server.url) as client:
+        result, error, _ = run_within(60, lambda: client.execute(built))
+    if change is None:
+        assert error is None, repr(error)
+        assert result["b"] is upload
+    else:
+        assert isinstance(error, ProtocolError) and "does not match its sha256" in str(error), repr(error)

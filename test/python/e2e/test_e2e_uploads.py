@@ -194,17 +194,22 @@ def change_in_place(data, at):
 '''
 
 
+@pytest.mark.parametrize("hashed_while_arriving", [False, True])
 @pytest.mark.parametrize("at", [0, -1])
-def test_large_bytes_returned_as_uploaded_or_changed_in_place(server, at):
+def test_large_bytes_returned_as_uploaded_or_changed_in_place(server, at, hashed_while_arriving, monkeypatch):
     # A large bytes value returned as it came is compared with its upload, not hashed again
-    # (the worker names the upload's digest): one changed in place, behind Python's back,
-    # must come back as it now is, under its own digest, which the client checks.
+    # (the worker names the upload's digest), and the client compares it with its own
+    # bytes, which it then returns: one changed in place, behind Python's back, must come
+    # back as it now is, under its own digest, which the client checks. The client compares
+    # while the answer arrives where it has cores to spare, else while decoding: both ways.
+    if hashed_while_arriving:
+        monkeypatch.setattr("kcoral._body.HASH_WHILE_RECEIVING_CORES", 1)
     payload = np.random.default_rng(1).integers(0, 256, (3 << 20) + 7, dtype=np.uint8).tobytes()
     program = Program()
     data = program.upload(id="b", kind="bytes", value=payload)
     program.return_(key="as_uploaded", value=data)
     result = server.execute(program).raise_for_error()
-    assert result["as_uploaded"] == payload
+    assert result["as_uploaded"] is payload
     at %= len(payload)
     changed = bytearray(payload)
     changed[at] ^= 0xFF

@@ -566,3 +566,63 @@ def test_a_payload_ends_where_the_hashers_search_found_its_delimiter(monkeypatch
     assert span[0] not in searched_from  # nothing searched from the payload's start on
     result = decode_response(200, content_type, Body(body), no_headers)
     assert span[0] in searched_from  # as it is without the receiving's digests
+
+
+# -- the program's own uploads coming back ---------------------------------------------------
+
+
+def encoded_as(data: bytes, named: bytes) -> tuple[str, bytes]:
+    """A body whose bytes value ``b`` carries ``data`` and names the digest of ``named``."""
+    node = {"type": "bytes", "part": "return:0", "sha256": sha256_hex(named)}
+    document = json.dumps(envelope({"b": node})).encode()
+    return encode_multipart([
+        Part("result", "application/json", document),
+        Part("return:0", "application/octet-stream", data),
+    ])
+
+
+@pytest.mark.parametrize("size", [10, 3 << 20])
+def test_an_upload_coming_back_is_compared_not_hashed_and_decodes_to_the_callers_bytes(
+    hashes_after, size
+):
+    upload = bytes(range(256)) * (size // 256) + b"u" * (size % 256)
+    content_type, body = encoded_as(upload, upload)
+    result = decode_response(200, content_type, body, no_headers, uploads={sha256_hex(upload): upload})
+    assert result["b"] is upload and hashes_after == []
+
+
+def test_an_upload_whose_digest_was_found_while_arriving_decodes_to_the_callers_bytes(hashes_after):
+    upload = b"u" * (3 << 20)
+    content_type, body, span = encoded(upload)
+    digest = sha256_hex(upload)
+    result = decode_response(200, content_type, body, no_headers, {span: digest}, {digest: upload})
+    assert result["b"] is upload and hashes_after == []
+
+
+@pytest.mark.parametrize(
+    "change",
+    [lambda b: b[:-1] + b"v", lambda b: b"v" + b[1:], lambda b: b[:-1], lambda b: b + b"u"],
+    ids=["last-byte", "first-byte", "shorter", "longer"],
+)
+def test_an_answer_naming_an_upload_with_other_bytes_is_a_mismatch(hashes_after, change):
+    """A hostile server cannot pass other bytes off as the caller's upload: they are
+    compared, then hashed, and refused."""
+    upload = b"u" * (2 << 20)
+    content_type, body = encoded_as(change(upload), upload)
+    with pytest.raises(ProtocolError, match="does not match its sha256"):
+        decode_response(200, content_type, body, no_headers, uploads={sha256_hex(upload): upload})
+    assert hashes_after == [len(change(upload))]
+
+
+def test_a_tensor_from_an_upload_is_a_writable_array_of_its_own():
+    upload = np.arange(12, dtype=np.float32).tobytes()
+    node = binary("tensor", 0, upload, dtype="float32", shape=[3, 4])
+    document = json.dumps(envelope({"t": node})).encode()
+    content_type, body = encode_multipart([
+        Part("result", "application/json", document),
+        Part("return:0", "application/octet-stream", upload),
+    ])
+    array = decode_response(200, content_type, body, no_headers, uploads={sha256_hex(upload): upload})["t"]
+    assert array.flags.writeable and array.tolist() == np.arange(12).reshape(3, 4).tolist()
+    array[0, 0] = 99
+    assert upload == np.arange(12, dtype=np.float32).tobytes()

@@ -3,7 +3,9 @@
 What it finds is a hint: the decoder takes a digest only for a part at exactly its range.
 So what must hold, for any bytes however cut into arrivals, is that every digest it gives
 is the SHA-256 of exactly its range, that it finds the payloads of a well-formed body, and
-that it ends (at once when stopped) however hostile the bytes.
+that it ends (at once when stopped) however hostile the bytes. A payload equal to one of
+the program's large uploads takes the upload's digest, compared rather than hashed; any
+other is hashed, however much of an upload it shares.
 """
 
 from __future__ import annotations
@@ -16,15 +18,17 @@ import threading
 import pytest
 
 from kcoral._codec import Part, decode_multipart, encode_multipart
-from kcoral._part_hasher import PartFollower, PartHasher
+from kcoral._part_hasher import COMPARED_FROM_BYTES, NO_UPLOADS, PartFollower, PartHasher
 
 MiB = 1 << 20
 
 
-def follow(body: bytes, boundary: bytes, cuts: list[int]) -> dict[tuple[int, int], str]:
+def follow(
+    body: bytes, boundary: bytes, cuts: list[int], uploads=NO_UPLOADS
+) -> dict[tuple[int, int], str]:
     """The digests found by a follower fed ``body`` up to each of ``cuts`` in turn."""
     buffer = mmap.mmap(-1, max(len(body), 1))
-    follower = PartFollower(buffer, boundary)
+    follower = PartFollower(buffer, boundary, uploads)
     arrived = 0
     for cut in [*cuts, len(body)]:
         buffer[arrived:cut] = body[arrived:cut]
@@ -131,6 +135,70 @@ def test_stop_ends_the_thread_mid_body():
     hasher.advance(32 * MiB)
     hasher.stop()  # joins the thread: the test would hang here otherwise
     assert threading.active_count() == before
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+# A digest no hash gives: a part found with it was compared with the upload, not hashed.
+LABEL = "c" * 64
+
+
+def payloads_with(upload: bytes, others: list[bytes], seed: int):
+    """A body holding ``upload`` and ``others`` as payloads, followed with ``upload`` given
+    under LABEL, cut at random: [(payload, its digest)] in order, the result part first."""
+    rng = random.Random(seed)
+    parts = [Part("result", "application/json", b"{}")]
+    parts += [Part(f"return:{i}", "application/octet-stream", data) for i, data in enumerate(others)]
+    content_type, body = encode_multipart(parts)
+    boundary = content_type.split("boundary=")[1].encode()
+    digests = follow(body, boundary, random_cuts(rng, len(body), 40), {LABEL: upload})
+    found = decode_multipart(content_type, body, digests)
+    return [(bytes(part.data), part.sha256) for part in found]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_payload_equal_to_an_upload_takes_its_digest_and_any_other_is_hashed(seed):
+    rng = random.Random(seed)
+    upload = rng.randbytes(COMPARED_FROM_BYTES + rng.randrange(3 * MiB))
+    last_changed = upload[:-1] + bytes([upload[-1] ^ 1])
+    first_changed = bytes([upload[0] ^ 1]) + upload[1:]
+    others = [upload, upload[:-1], upload + b"x", last_changed, first_changed, b"", b"y" * 9, upload]
+    rng.shuffle(others)
+    found = payloads_with(upload, others, seed)
+    assert [data for data, _ in found[1:]] == others
+    for data, digest in found[1:]:
+        assert digest == (LABEL if data == upload else sha256(data))
+
+
+def test_uploads_below_the_comparison_size_are_hashed_as_any_payload():
+    small = random.Random(5).randbytes(COMPARED_FROM_BYTES - 1)
+    found = payloads_with(small, [small], 5)
+    assert found[1] == (small, sha256(small))
+
+
+def test_payloads_that_begin_as_the_upload_cost_at_most_a_comparison_and_a_hash_each():
+    """A hostile body of megabytes of an upload's first bytes, over and over: each payload
+    compared once and hashed once, the digests exact."""
+    upload = random.Random(6).randbytes(4 * MiB)
+    others = [upload[: rng_size] for rng_size in (MiB, 2 * MiB, 4 * MiB - 1)] * 4
+    found = payloads_with(upload, others, 6)
+    assert [digest for _, digest in found[1:]] == [sha256(data) for data in others]
+
+
+def test_the_thread_compares_with_the_uploads_it_is_given():
+    rng = random.Random(7)
+    upload = rng.randbytes(3 * MiB)
+    parts = [Part("result", "application/json", b"{}"), Part("return:0", "application/octet-stream", upload)]
+    content_type, body = encode_multipart(parts)
+    boundary = content_type.split("boundary=")[1].encode()
+    buffer = mmap.mmap(-1, len(body))
+    buffer[:] = body
+    hasher = PartHasher(buffer, boundary, {LABEL: upload})
+    hasher.advance(len(body))
+    assert LABEL in hasher.finish().values()
+    buffer.close()
 
 
 def parts_or_error(content_type: str, body: bytes, digests=None):

@@ -65,8 +65,9 @@ def test_bytes_copy_is_bytes_of_the_same_bytes(size):
 @pytest.mark.skipif(sys.platform != "linux", reason="huge pages are asked for on Linux only")
 def test_a_large_bytes_copy_lies_in_huge_pages():
     data = b"\x02" * (64 * MiB)
-    copied = bytes_copy(data)
-    assert copied == data
+    copied = bytes_copy(memoryview(data))  # as from the answer's buffer
+    assert copied == data and copied is not data
+    assert bytes_copy(data) is data  # a bytes cannot change: it is its own copy
     setting = THP_SETTING.read_text() if THP_SETTING.exists() else ""
     if "[madvise]" not in setting and "[always]" not in setting:
         pytest.skip(f"the kernel gives no transparent huge pages on request ({setting.strip()})")
