@@ -21,13 +21,13 @@ namespace kcoral {
 struct Blob::Mapping {
   UniqueFd fd;
   void* address = nullptr;
+  std::size_t mapped = 0;  // from address; the file's size or more
   std::size_t size = 0;
   std::size_t parts = 1;
   ~Mapping() {
-    if (address != nullptr) ::munmap(address, size);
+    if (address != nullptr) ::munmap(address, mapped);
   }
 };
-
 
 Result<Blob> Blob::copy_of(std::span<const std::byte> data) {
   auto fd = sealed_copy(data);
@@ -74,10 +74,24 @@ Result<Blob> Blob::map(UniqueFd fd, std::size_t size, std::size_t parts) {
     void* address = ::mmap(nullptr, mapping->size, PROT_READ, MAP_SHARED, fd.get(), 0);
     if (address == MAP_FAILED) return system_error("mapping a blob");
     mapping->address = address;
+    mapping->mapped = mapping->size;
   }
   mapping->fd = std::move(fd);
   Blob blob;
   blob.size_ = mapping->size;
+  blob.mapping_ = std::move(mapping);
+  return blob;
+}
+
+Blob Blob::adopt(UniqueFd fd, void* address, std::size_t mapped, std::size_t size, std::size_t parts) {
+  auto mapping = std::make_shared<Mapping>();
+  mapping->fd = std::move(fd);
+  mapping->address = address;
+  mapping->mapped = mapped;
+  mapping->size = size;
+  mapping->parts = parts;
+  Blob blob;
+  blob.size_ = size;
   blob.mapping_ = std::move(mapping);
   return blob;
 }

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <memory>
 #include <new>
@@ -16,10 +17,12 @@
 namespace kcoral {
 namespace {
 
-std::size_t page_rounded(std::size_t bytes) {
+std::size_t page_size() {
   static const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
-  return (bytes + page - 1) / page * page;
+  return page;
 }
+
+std::size_t page_rounded(std::size_t bytes) { return (bytes + page_size() - 1) / page_size() * page_size(); }
 
 // Where a body's room starts: small enough for an empty-ish body, then doubled.
 constexpr std::size_t kFirstMapping = std::size_t{64} << 10;
@@ -29,13 +32,31 @@ constexpr std::size_t kFirstMapping = std::size_t{64} << 10;
 // admission on an idle server (benchmarks/README.md, "A spinning courier": an idle server).
 constexpr std::size_t kInMemoryBytes = kFirstMapping;
 
-// Zeroes [offset, offset + size) of the file and frees the pages it covers whole.
-Status punch(int fd, std::size_t offset, std::size_t size) {
-  if (size == 0) return {};
-  if (::fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(offset),
-                  static_cast<off_t>(size)) != 0)
-    return system_error("clearing a request's bytes around its blobs");
+Status write_zeros(int fd, std::size_t offset, std::size_t size) {
+  static const std::array<std::byte, 4096> kZeros{};
+  for (std::size_t done = 0; done < size;) {
+    std::size_t piece = std::min(size - done, kZeros.size());
+    KCORAL_TRY(write_at(fd, std::span(kZeros).first(piece), offset + done));
+    done += piece;
+  }
   return {};
+}
+
+// Zeroes [offset, offset + size) of the file and frees the pages it covers whole; the
+// pieces of pages at its ends are overwritten with zeros. (Punching a range that ends in
+// the file's first page, as the bytes before a request's first blob do, has the kernel
+// unmap the whole file from every mapping of it: its rounded range ends before it starts,
+// read as "to the end of the file". The body's mapping, read through by the digests'
+// thread, then cost 5-8 ms to take down for 64 MiB.)
+Status clear(int fd, std::size_t offset, std::size_t size) {
+  std::size_t end = offset + size;
+  std::size_t first = std::min(end, page_rounded(offset));  // the whole pages' start
+  std::size_t last = std::max(first, end / page_size() * page_size());  // and end
+  KCORAL_TRY(write_zeros(fd, offset, first - offset));
+  if (last > first && ::fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(first),
+                                  static_cast<off_t>(last - first)) != 0)
+    return system_error("clearing a request's bytes around its blobs");
+  return write_zeros(fd, last, end - last);
 }
 
 }  // namespace
@@ -85,10 +106,13 @@ bool BlobFile::reserve(std::size_t bytes) {
   }
   if (!make_file()) return false;
   // The file grows first, then its mapping over it: the pages are the file's, allocated
-  // only as they are written.
+  // only as they are written. The mapping is private: never written through, it reads
+  // every write to the file, and unlike a shared one (which could be made writable) it
+  // does not keep the file from being sealed against writing, so keep() gives it to the
+  // blobs.
   if (::ftruncate(fd_.get(), static_cast<off_t>(capacity)) != 0) return false;
   if (memory_) {  // out of memory into the file: what the memory held is written there first
-    void* mapped = ::mmap(nullptr, capacity, PROT_READ, MAP_SHARED, fd_.get(), 0);
+    void* mapped = ::mmap(nullptr, capacity, PROT_READ, MAP_PRIVATE, fd_.get(), 0);
     if (mapped == MAP_FAILED) return false;
     if (!write_at(fd_.get(), std::as_bytes(std::span(data_, size_)), 0)) {
       ::munmap(mapped, capacity);
@@ -99,7 +123,7 @@ bool BlobFile::reserve(std::size_t bytes) {
     capacity_ = capacity;
     return true;
   }
-  void* mapped = data_ == nullptr ? ::mmap(nullptr, capacity, PROT_READ, MAP_SHARED, fd_.get(), 0)
+  void* mapped = data_ == nullptr ? ::mmap(nullptr, capacity, PROT_READ, MAP_PRIVATE, fd_.get(), 0)
                                   : ::mremap(data_, capacity_, capacity, MREMAP_MAYMOVE);
   if (mapped == MAP_FAILED) {
     // The file back to its mapping's size; should that fail too, keep() cuts it anyway.
@@ -153,17 +177,20 @@ Result<std::vector<Blob>> BlobFile::keep(std::span<const Range> ranges) {
   } else {
     std::size_t kept_to = 0;
     for (const Range& range : ranges) {
-      KCORAL_TRY(punch(file.fd_.get(), kept_to, range.offset - kept_to));
+      KCORAL_TRY(clear(file.fd_.get(), kept_to, range.offset - kept_to));
       kept_to = range.offset + range.size;
     }
-    // The file ends with the last range, mapped again at that size.
-    if (file.data_ != nullptr) ::munmap(file.data_, file.capacity_);
-    file.data_ = nullptr;
-    file.capacity_ = 0;
+    // The file ends with the last range.
     if (::ftruncate(file.fd_.get(), static_cast<off_t>(end)) != 0) return system_error("cutting a request's memfd");
   }
   KCORAL_TRY(seal_memfd(file.fd_.get()));
-  auto whole = Blob::map(std::move(file.fd_), end, ranges.size());
+  // The file's mapping, read-only, stays the blobs' (past the file's end it is never read):
+  // taking down a mapping the digests' thread read through costs 5-8 ms for 64 MiB, paid
+  // when the blobs go rather than while the program waits to start.
+  Result<Blob> whole = file.fd_ && file.data_ != nullptr && !file.memory_
+                   ? Blob::adopt(std::move(file.fd_), std::exchange(file.data_, nullptr),
+                                 std::exchange(file.capacity_, 0), end, ranges.size())
+                   : Blob::map(std::move(file.fd_), end, ranges.size());
   if (!whole) return std::unexpected(whole.error());
   for (const Range& range : ranges) blobs.push_back(*whole->slice(range.offset, range.size));
   return blobs;

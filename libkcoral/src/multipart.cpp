@@ -6,10 +6,12 @@
 
 #include <algorithm>
 #include <array>
+#include <optional>
 #include <random>
 #include <utility>
 
 #include "byte_search.hpp"
+#include "kcoral/multipart_digests.hpp"
 
 namespace kcoral {
 namespace {
@@ -158,9 +160,8 @@ Result<std::string> multipart_boundary(std::string_view content_type) {
   return boundary;
 }
 
-Result<std::vector<MultipartPart>> parse_multipart(std::string_view content_type,
-                                                   std::string_view body,
-                                                   const MultipartLimits& limits) {
+Result<std::vector<MultipartPart>> parse_multipart(std::string_view content_type, std::string_view body,
+                                                   const MultipartLimits& limits, const MultipartDigests* found) {
   auto boundary = multipart_boundary(content_type);
   if (!boundary) return std::unexpected(boundary.error());
   const std::string delimiter = "--" + *boundary;
@@ -197,7 +198,12 @@ Result<std::vector<MultipartPart>> parse_multipart(std::string_view content_type
     }
     auto part = parse_part_headers(block);
     if (!part) return std::unexpected(part.error());
-    std::size_t data_end = find_bytes(body, separator, data_start);
+    std::size_t data_end = std::string_view::npos;
+    if (auto size = found ? found->size_at(data_start) : std::nullopt;
+        size && *size <= body.size() - data_start && body.substr(data_start + *size, separator.size()) == separator)
+      data_end = data_start + *size;  // where the search while it arrived found the first one
+    else
+      data_end = find_bytes(body, separator, data_start);
     if (data_end == std::string_view::npos)
       return fail(ErrorKind::parse, "the multipart body ends without its closing boundary");
     part->data = body.substr(data_start, data_end - data_start);

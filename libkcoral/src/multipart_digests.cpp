@@ -103,11 +103,20 @@ void MultipartDigests::advance(std::string_view body) {
   }
 }
 
-const std::string* MultipartDigests::digest_of(std::size_t offset, std::size_t size) const {
+const MultipartDigests::Digest* MultipartDigests::starting_at(std::size_t offset) const {
   auto it = std::lower_bound(digests_.begin(), digests_.end(), offset,
                              [](const Digest& digest, std::size_t at) { return digest.offset < at; });
-  if (it == digests_.end() || it->offset != offset || it->size != size) return nullptr;
-  return &it->hex;
+  return it == digests_.end() || it->offset != offset ? nullptr : &*it;
+}
+
+const std::string* MultipartDigests::digest_of(std::size_t offset, std::size_t size) const {
+  const Digest* digest = starting_at(offset);
+  return digest == nullptr || digest->size != size ? nullptr : &digest->hex;
+}
+
+std::optional<std::size_t> MultipartDigests::size_at(std::size_t offset) const {
+  const Digest* digest = starting_at(offset);
+  return digest == nullptr ? std::nullopt : std::optional(digest->size);
 }
 
 }  // namespace kcoral

@@ -12,7 +12,7 @@ namespace kcoral {
 Result<ExecuteRequest> parse_execute_request(std::string_view content_type, ReceivedBody& received,
                                              const RequestLimits& limits) {
   BlobFile& body = received.bytes;
-  auto parts = parse_multipart(content_type, body.view(), limits.multipart);
+  auto parts = parse_multipart(content_type, body.view(), limits.multipart, &received.digests);
   if (!parts) return std::unexpected(parts.error());
 
   const MultipartPart* program_part = nullptr;

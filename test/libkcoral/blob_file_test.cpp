@@ -177,6 +177,23 @@ TEST_CASE("keep of a body past 64 KiB, in its memfd: the same blobs, zeros and f
   CHECK(whole_file((*blobs)[0]) == std::string(head.size(), '\0') + blob);
 }
 
+TEST_CASE("keep of a body in its memfd: the blobs read through the body's own mapping, the file sealed") {
+  // Bytes before the first blob within the first page (a request's program and part
+  // headers) are zeroed, not punched: punched, the kernel takes the whole file out of every
+  // mapping of it.
+  const std::string head(100, 'h'), blob(70 << 10, 'B');
+  kcoral::BlobFile body;
+  REQUIRE(body.append(head + blob + "tail"));
+  REQUIRE(body.fd() >= 0);
+  const char* mapped = body.view().data();
+  auto blobs = body.keep(std::vector<Range>{{head.size(), blob.size()}});
+  REQUIRE_MESSAGE(blobs.has_value(), blobs.error().message);
+  CHECK((*blobs)[0].view().data() == mapped + head.size());  // not mapped again
+  CHECK((*blobs)[0].view() == blob);
+  CHECK(whole_file((*blobs)[0]) == std::string(head.size(), '\0') + blob);
+  CHECK((::fcntl((*blobs)[0].fd(), F_GET_SEALS) & F_SEAL_WRITE) != 0);
+}
+
 TEST_CASE("keep of a body never written (no file made yet) gives empty blobs for empty ranges") {
   kcoral::BlobFile body;
   auto blobs = body.keep(std::vector<Range>{{0, 0}, {0, 0}});

@@ -108,4 +108,44 @@ TEST_CASE("bodies it cannot follow give no digests") {
   CHECK(none.digest_of(0, 0) == nullptr);
 }
 
+TEST_CASE("parse_multipart given the digests reads the same parts, taking known ends without a search") {
+  kcoral::EncodedMultipart encoded = tricky_body("kcoral-");
+  auto searched = kcoral::parse_multipart(encoded.content_type, encoded.body, {});
+  REQUIRE(searched.has_value());
+  for (std::size_t step : {std::size_t{1}, std::size_t{7}, std::size_t{4096}, encoded.body.size()}) {
+    CAPTURE(step);
+    kcoral::MultipartDigests digests(encoded.content_type, /*record_from=*/0);
+    feed(digests, encoded.body, step);
+    auto parts = kcoral::parse_multipart(encoded.content_type, encoded.body, {}, &digests);
+    REQUIRE(parts.has_value());
+    REQUIRE(parts->size() == searched->size());
+    for (std::size_t i = 0; i < parts->size(); ++i) {
+      CHECK((*parts)[i].name == (*searched)[i].name);
+      CHECK((*parts)[i].data.data() == (*searched)[i].data.data());
+      CHECK((*parts)[i].data.size() == (*searched)[i].data.size());
+    }
+  }
+  // The end comes from the digests: digests of another body, whose first part runs on past
+  // a delimiter this body has in it, make the parse take that longer part (so callers give
+  // only the digests of the very body parsed). A known end with no delimiter there is
+  // searched for as usual.
+  const std::string data(kLarge, 'd');
+  kcoral::EncodedMultipart longer = kcoral::encode_multipart({{"blob:a", "application/octet-stream", data}});
+  std::string boundary = longer.content_type.substr(longer.content_type.find('=') + 1);
+  std::size_t start = longer.body.find(data);
+  std::string cut = longer.body;
+  cut.replace(start + 10, 2 + 2 + boundary.size(), "\r\n--" + boundary);
+  kcoral::MultipartDigests other(longer.content_type);
+  feed(other, longer.body, 4096);
+  auto taken = kcoral::parse_multipart(longer.content_type, cut, {}, &other);
+  REQUIRE(taken.has_value());
+  CHECK(taken->front().data.size() == data.size());
+  auto found = kcoral::parse_multipart(longer.content_type, cut, {});
+  CHECK((!found.has_value() || found->front().data.size() == 10));
+  std::string shorter = longer.body.substr(0, start) + "ddddd\r\n--" + boundary + "--\r\n";
+  auto searched_again = kcoral::parse_multipart(longer.content_type, shorter, {}, &other);
+  REQUIRE(searched_again.has_value());
+  CHECK(searched_again->front().data.size() == 5);
+}
+
 }  // TEST_SUITE

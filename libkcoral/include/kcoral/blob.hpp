@@ -67,6 +67,9 @@ class Blob {
   friend class BlobFile;
   struct Mapping;
   static Result<Blob> map(UniqueFd fd, std::size_t size, std::size_t parts = 1);
+  // A sealed memfd of `size` bytes already mapped read-only at `address`, `mapped` bytes
+  // long (its size or more), which the last copy unmaps.
+  static Blob adopt(UniqueFd fd, void* address, std::size_t mapped, std::size_t size, std::size_t parts);
   std::shared_ptr<const Mapping> mapping_;
   std::size_t offset_ = 0;
   std::size_t size_ = 0;

@@ -14,6 +14,7 @@
 //   kcoral::MultipartDigests digests(content_type);
 //   digests.advance(body_so_far);    // after each read, the body whole so far
 //   if (const std::string* digest = digests.digest_of(offset, size)) ...
+//   auto parts = kcoral::parse_multipart(content_type, body, {}, &digests);  // no search again
 #pragma once
 
 #include <cstddef>
@@ -39,6 +40,10 @@ class MultipartDigests {
   void advance(std::string_view body);
   // The digest of the part whose data is body[offset, offset + size), if one was computed.
   [[nodiscard]] const std::string* digest_of(std::size_t offset, std::size_t size) const;
+  // The size of the part whose data starts at `offset`, if its digest was kept: its data
+  // ends where the first CRLF and delimiter from `offset` on begins, which parse_multipart
+  // then need not search for again.
+  [[nodiscard]] std::optional<std::size_t> size_at(std::size_t offset) const;
 
  private:
   struct Digest {
@@ -47,6 +52,8 @@ class MultipartDigests {
     std::string hex;
   };
   enum class State { opening, after_delimiter, headers, data, done };
+
+  [[nodiscard]] const Digest* starting_at(std::size_t offset) const;
 
   std::size_t record_from_ = 0;
   std::string delimiter_;  // "--" boundary
