@@ -34,7 +34,7 @@ import httpx
 from kcoral._codec import Body, parse_header_value, shown
 from kcoral._deadline import READ_BYTES, Deadline, receiver_into
 from kcoral._errors import DeadlineExceeded, ProtocolError
-from kcoral._part_hasher import NO_UPLOADS, PartDigests, PartHasher
+from kcoral._part_hasher import NO_UPLOADS, PartDigests, PartFollower, PartHasher
 
 ACCEPT_ENCODING = "gzip, deflate"
 CHUNK_BYTES = 64 << 10
@@ -223,7 +223,7 @@ def _part_hasher(
     boundary = params.get("boundary", "")
     if media_type != "multipart/form-data" or not boundary or not boundary.isascii():
         return None
-    return PartHasher(body, boundary.encode("ascii"), uploads)
+    return PartHasher(PartFollower(body, boundary.encode("ascii"), uploads))
 
 
 def _usable_cores() -> int:

@@ -45,21 +45,16 @@ NO_UPLOADS: Mapping[str, bytes] = MappingProxyType({})
 
 
 class PartHasher:
-    """Hashes the payloads of a multipart body in ``buffer``, up to where it has arrived;
-    those equal to one of ``uploads`` (bytes by their SHA-256) take its digest instead.
+    """Runs ``follower`` (a :class:`PartFollower` of the body being received) on a thread
+    of its own, up to where the body has arrived.
 
     The receiver calls :meth:`advance` with the length received so far (only ever
     growing), then :meth:`finish` once the whole body is there, which waits for the
     thread and returns the digests; or :meth:`stop` when the body will not be used.
     """
 
-    def __init__(
-        self,
-        buffer: mmap.mmap | bytearray,
-        boundary: bytes,
-        uploads: Mapping[str, bytes] = NO_UPLOADS,
-    ) -> None:
-        self._follower = PartFollower(buffer, boundary, uploads)
+    def __init__(self, follower: PartFollower) -> None:
+        self._follower = follower
         self._arrived = 0
         self._last = False  # no more bytes will arrive
         self._stopped = False
@@ -105,9 +100,10 @@ class PartHasher:
 
 
 class PartFollower:
-    """The parts of a multipart body found, and their payloads hashed (or compared with
-    ``uploads``), as it arrives: each :meth:`feed` takes the bytes up to where the body has
-    come. One thread at a time."""
+    """The parts of a multipart body in ``buffer`` found, and their payloads hashed, as it
+    arrives: each :meth:`feed` takes the bytes up to where the body has come. Payloads equal
+    to one of ``uploads`` (bytes by their SHA-256) take its digest instead. One thread at a
+    time."""
 
     def __init__(
         self,

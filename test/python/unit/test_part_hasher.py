@@ -119,7 +119,7 @@ def test_the_thread_gives_what_the_follower_finds():
     rng = random.Random(2)
     body, boundary, _ = well_formed(rng, [3 * MiB, 10, 2 * MiB])
     buffer = mmap.mmap(-1, len(body))
-    hasher = PartHasher(buffer, boundary)
+    hasher = PartHasher(PartFollower(buffer, boundary))
     for at in range(0, len(body), 256 << 10):
         buffer[at : at + (256 << 10)] = body[at : at + (256 << 10)]
         hasher.advance(min(len(body), at + (256 << 10)))
@@ -131,7 +131,7 @@ def test_stop_ends_the_thread_mid_body():
     buffer = mmap.mmap(-1, 64 * MiB)
     buffer[: 32 * MiB] = b"--b\r\n\r\n" + bytes(32 * MiB - 7)
     before = threading.active_count()
-    hasher = PartHasher(buffer, b"b")
+    hasher = PartHasher(PartFollower(buffer, b"b"))
     hasher.advance(32 * MiB)
     hasher.stop()  # joins the thread: the test would hang here otherwise
     assert threading.active_count() == before
@@ -195,7 +195,7 @@ def test_the_thread_compares_with_the_uploads_it_is_given():
     boundary = content_type.split("boundary=")[1].encode()
     buffer = mmap.mmap(-1, len(body))
     buffer[:] = body
-    hasher = PartHasher(buffer, boundary, {LABEL: upload})
+    hasher = PartHasher(PartFollower(buffer, boundary, {LABEL: upload}))
     hasher.advance(len(body))
     assert LABEL in hasher.finish().values()
     buffer.close()
