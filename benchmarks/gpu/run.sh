@@ -48,7 +48,8 @@
 #                                    .gpu-carry/old-tree holds it, and roundtrip.py's large data
 #                                    beside the reference's; needs .gpu-carry/reference and
 #                                    .gpu-carry/wheels; PHASES_ARGS adds to the phases' flags,
-#                                    PHASES_VARIANT measures this tree with those flags added too
+#                                    PHASES_VARIANT measures this tree with those flags added too,
+#                                    PHASES_ONLY=1 leaves roundtrip.py out
 #   benchmarks/gpu/run.sh worker-cpu benchmarks/worker_cpu.py on CPU servers of this machine (16
 #                                    cores): the CPU of a fresh worker, the front's and the worker
 #                                    parent's shares, with torch and triton preloaded and without;
@@ -220,6 +221,7 @@ if [[ ${1:-} == large-data ]]; then
     phases after "$root/bindings" "$server"
     [[ -n ${PHASES_VARIANT:-} ]] && PHASES_ARGS="${PHASES_ARGS:-} $PHASES_VARIANT" phases variant "$root/bindings" "$server"
   done
+  [[ ${PHASES_ONLY:-} == 1 ]] && exit 0
   reference_venv
   timeout 300 "$python" benchmarks/roundtrip.py --server "$server" --reference-venv "$refvenv" --workers 8 \
     --requests 20 --reference-requests 2 --duration 2 --large-rounds 7 \

@@ -7,8 +7,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <mutex>
 #include <string>
 #include <system_error>
 #include <thread>
@@ -201,23 +203,69 @@ Result<std::vector<Blob>> BlobBuilder::finish() {
   return parts;
 }
 
+namespace {
+
+// A large blob is copied out, or compared, in stretches of at least this size, one a thread:
+// one core reading 64 MiB out of a memory file is bound by its own copying and by the page
+// faults of the memory the bytes go to, not by the memory's bandwidth.
+constexpr std::size_t kStretchBytes = std::size_t{8} << 20;
+constexpr unsigned kMaxStretches = 8;
+
+// step(begin, end) over [0, size), in stretches run side by side on threads (the caller's
+// among them) where the size and the cores allow; whether every stretch's step succeeded.
+template <class Step>
+bool in_stretches(std::size_t size, Step step) {
+  std::size_t count = std::min<std::size_t>(size / kStretchBytes, kMaxStretches);
+  if (count > 1) count = std::min<std::size_t>(count, std::max(1u, std::thread::hardware_concurrency()));
+  if (count <= 1) return step(0, size);
+  std::size_t stretch = (size + count - 1) / count;
+  std::atomic<bool> ok{true};
+  std::vector<std::jthread> helpers;
+  for (std::size_t begin = stretch; begin < size; begin += stretch) {
+    std::size_t end = std::min(size, begin + stretch);
+    try {
+      helpers.emplace_back([&ok, &step, begin, end] {
+        if (!step(begin, end)) ok = false;
+      });
+    } catch (const std::system_error&) {  // no more threads: this one does the stretch
+      if (!step(begin, end)) ok = false;
+    }
+  }
+  if (!step(0, stretch)) ok = false;
+  helpers.clear();  // joined
+  return ok;
+}
+
+}  // namespace
+
 Status Blob::copy_to(std::span<std::byte> out) const {
   if (out.size() != size_) return fail(ErrorKind::engine, "copying a blob into a buffer of another size");
   if (size_ == 0) return {};
-  return read_at(fd(), out, offset_);
+  Status failed;
+  std::mutex failure;
+  bool ok = in_stretches(size_, [&](std::size_t begin, std::size_t end) {
+    Status read = read_at(fd(), out.subspan(begin, end - begin), offset_ + begin);
+    if (read) return true;
+    std::lock_guard lock(failure);
+    failed = std::move(read);
+    return false;
+  });
+  return ok ? Status{} : failed;
 }
 
 bool Blob::equals(std::span<const std::byte> data) const {
   if (data.size() != size_) return false;
-  // Small enough to stay in a core's cache between the read and the comparison.
-  constexpr std::size_t kStep = std::size_t{256} << 10;
-  std::vector<std::byte> buffer(std::min(kStep, size_));
-  for (std::size_t done = 0; done < size_; done += kStep) {
-    std::span<std::byte> step(buffer.data(), std::min(kStep, size_ - done));
-    if (!read_at(fd(), step, offset_ + done)) return false;
-    if (std::memcmp(step.data(), data.data() + done, step.size()) != 0) return false;
-  }
-  return true;
+  return in_stretches(size_, [&](std::size_t begin, std::size_t end) {
+    // Small enough to stay in a core's cache between the read and the comparison.
+    constexpr std::size_t kStep = std::size_t{256} << 10;
+    std::vector<std::byte> buffer(std::min(kStep, end - begin));
+    for (std::size_t done = begin; done < end; done += kStep) {
+      std::span<std::byte> step(buffer.data(), std::min(kStep, end - done));
+      if (!read_at(fd(), step, offset_ + done)) return false;
+      if (std::memcmp(step.data(), data.data() + done, step.size()) != 0) return false;
+    }
+    return true;
+  });
 }
 
 std::string_view Blob::view() const {

@@ -280,6 +280,29 @@ TEST_CASE("Blob::equals compares with the memfd's bytes, across its read steps a
   CHECK(kcoral::Blob().equals({}));
 }
 
+TEST_CASE("a large blob is copied out and compared in stretches side by side: every byte, in a slice too") {
+  // 8 MiB stretches: 41 MiB and 7 bytes is five stretches, the last one short, each on a
+  // thread where the cores allow; a byte changed at any stretch's edge shows.
+  const std::size_t size = (std::size_t{41} << 20) + 7;
+  std::string bytes(size, '\0');
+  for (std::size_t i = 0; i < size; ++i) bytes[i] = static_cast<char>(i * 131 % 251);
+  auto whole = kcoral::Blob::copy_of("ahead" + bytes);
+  REQUIRE(whole.has_value());
+  auto blob = whole->slice(5, size);
+  REQUIRE(blob.has_value());
+  std::string out(size, '\0');
+  REQUIRE(blob->copy_to(std::as_writable_bytes(std::span(out))).has_value());
+  CHECK(out == bytes);
+  CHECK(blob->equals(std::as_bytes(std::span(bytes))));
+  const std::size_t stretch = (size + 4) / 5;
+  for (std::size_t at : {std::size_t{0}, stretch - 1, stretch, 3 * stretch, size - 1}) {
+    CAPTURE(at);
+    out[at] = static_cast<char>(out[at] + 1);
+    CHECK_FALSE(blob->equals(std::as_bytes(std::span(out))));
+    out[at] = bytes[at];
+  }
+}
+
 TEST_CASE("BlobBuilder::append_hashed takes a repeated blob's digest for an equal piece only") {
   // The repeat's digest here is a label no hash gives: a piece that takes it was not hashed.
   for (std::size_t size : {std::size_t{100}, kcoral::BlobBuilder::kHashAlongsideBytes + 5}) {
