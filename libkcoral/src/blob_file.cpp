@@ -183,14 +183,14 @@ Result<std::vector<Blob>> BlobFile::keep(std::span<const Range> ranges) {
     // The file ends with the last range.
     if (::ftruncate(file.fd_.get(), static_cast<off_t>(end)) != 0) return system_error("cutting a request's memfd");
   }
-  KCORAL_TRY(seal_memfd(file.fd_.get()));
   // The file's mapping, read-only, stays the blobs' (past the file's end it is never read):
   // taking down a mapping the digests' thread read through costs 5-8 ms for 64 MiB, paid
   // when the blobs go rather than while the program waits to start.
-  Result<Blob> whole = file.fd_ && file.data_ != nullptr && !file.memory_
-                   ? Blob::adopt(std::move(file.fd_), std::exchange(file.data_, nullptr),
-                                 std::exchange(file.capacity_, 0), end, ranges.size())
-                   : Blob::map(std::move(file.fd_), end, ranges.size());
+  bool mapped = file.data_ != nullptr && !file.memory_;
+  KCORAL_TRY(mapped ? seal_mapped_memfd(file.fd_.get()) : seal_memfd(file.fd_.get()));
+  Result<Blob> whole = mapped ? Blob::adopt(std::move(file.fd_), std::exchange(file.data_, nullptr),
+                                            std::exchange(file.capacity_, 0), end, ranges.size())
+                              : Blob::map(std::move(file.fd_), end, ranges.size());
   if (!whole) return std::unexpected(whole.error());
   for (const Range& range : ranges) blobs.push_back(*whole->slice(range.offset, range.size));
   return blobs;

@@ -47,4 +47,10 @@ Status seal_memfd(int fd) {
   return {};
 }
 
+Status seal_mapped_memfd(int fd) {
+  constexpr int kSeals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE | F_SEAL_SEAL;
+  if (::fcntl(fd, F_ADD_SEALS, kSeals) != 0) return system_error("sealing a blob");
+  return {};
+}
+
 }  // namespace kcoral

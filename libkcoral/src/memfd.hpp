@@ -30,5 +30,13 @@ inline constexpr int kBlobSeals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE;
 
 // Adds kBlobSeals and F_SEAL_SEAL. Fails while any writable shared mapping of it exists.
 [[nodiscard]] Status seal_memfd(int fd);
+// The same for a file this process still maps, read-only and privately (BlobFile), with
+// F_SEAL_FUTURE_WRITE for F_SEAL_WRITE: adding F_SEAL_WRITE waits until the kernel sees no
+// page of the file pinned, and a mapped page looks pinned to it (10-13 ms for a 64 MiB
+// request body read through its mapping, a sleep). F_SEAL_FUTURE_WRITE refuses every write
+// from then on as F_SEAL_WRITE does (write, fallocate, a writable shared mapping, making a
+// read-only one writable); what it lets through, a writable shared mapping made before it,
+// the file never had.
+[[nodiscard]] Status seal_mapped_memfd(int fd);
 
 }  // namespace kcoral

@@ -18,7 +18,7 @@ using Range = kcoral::BlobFile::Range;
 
 // The whole memfd behind a kept blob, as another process that maps it would read it.
 std::string whole_file(const kcoral::Blob& blob) {
-  auto again = kcoral::Blob::from_untrusted_fd(kcoral::UniqueFd(::dup(blob.fd())), std::uint64_t{1} << 30);
+  auto again = kcoral::Blob::from_fd(kcoral::UniqueFd(::dup(blob.fd())));
   REQUIRE_MESSAGE(again.has_value(), again.error().message);
   return std::string(again->view());
 }
@@ -178,6 +178,9 @@ TEST_CASE("keep of a body past 64 KiB, in its memfd: the same blobs, zeros and f
 }
 
 TEST_CASE("keep of a body in its memfd: the blobs read through the body's own mapping, the file sealed") {
+  // Sealed against writes from then on (F_SEAL_FUTURE_WRITE: adding F_SEAL_WRITE to a
+  // mapped file waits for the kernel), as a worker given the descriptor must find it:
+  // no write, no hole punched, no size change, no writable mapping, none made writable.
   // Bytes before the first blob within the first page (a request's program and part
   // headers) are zeroed, not punched: punched, the kernel takes the whole file out of every
   // mapping of it.
@@ -191,7 +194,20 @@ TEST_CASE("keep of a body in its memfd: the blobs read through the body's own ma
   CHECK((*blobs)[0].view().data() == mapped + head.size());  // not mapped again
   CHECK((*blobs)[0].view() == blob);
   CHECK(whole_file((*blobs)[0]) == std::string(head.size(), '\0') + blob);
-  CHECK((::fcntl((*blobs)[0].fd(), F_GET_SEALS) & F_SEAL_WRITE) != 0);
+  int fd = (*blobs)[0].fd();
+  const int seals = F_SEAL_FUTURE_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL;
+  CHECK((::fcntl(fd, F_GET_SEALS) & seals) == seals);
+  CHECK(::pwrite(fd, "x", 1, static_cast<off_t>(head.size())) == -1);
+  CHECK(::fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, 4096) == -1);
+  CHECK(::ftruncate(fd, 0) == -1);
+  CHECK(::ftruncate(fd, static_cast<off_t>(4 * blob.size())) == -1);
+  CHECK(::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) == MAP_FAILED);
+  void* readable = ::mmap(nullptr, 4096, PROT_READ, MAP_SHARED, fd, 0);
+  REQUIRE(readable != MAP_FAILED);
+  CHECK(::mprotect(readable, 4096, PROT_READ | PROT_WRITE) == -1);
+  ::munmap(readable, 4096);
+  CHECK(::fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE) == -1);  // F_SEAL_SEAL: no seal changes either
+  CHECK((*blobs)[0].view() == blob);
 }
 
 TEST_CASE("keep of a body never written (no file made yet) gives empty blobs for empty ranges") {
