@@ -6,7 +6,9 @@
 // apart; that tighter limits never accept what the defaults refuse, and agree when both
 // accept; that encode_multipart writes the parts so that they parse back the same; and
 // that MultipartDigests, fed the body in pieces as a connection brings it and keeping
-// parts of any size, gives each accepted part's SHA-256 for exactly its range.
+// parts of any size, gives each accepted part's SHA-256 for exactly its range; and that
+// parse_multipart given those digests (which end parts without a search) reads any body,
+// accepted or refused, exactly as it does without them.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -52,14 +54,18 @@ void check_round_trip(const std::vector<kcoral::MultipartPart>& parts) {
   KCORAL_INVARIANT(same_parts(parts, *again));
 }
 
-void check_digests(std::string_view content_type, std::string_view body,
-                   const std::vector<kcoral::MultipartPart>& parts) {
+kcoral::MultipartDigests digests_of(std::string_view content_type, std::string_view body) {
   const std::size_t step = 1 + body.size() % 251;  // pieces of one size per input, from 1 byte
   kcoral::MultipartDigests digests(content_type, /*record_from=*/0);
   for (std::size_t size = 0; size < body.size();) {
     size = std::min(body.size(), size + step);
     digests.advance(body.substr(0, size));
   }
+  return digests;
+}
+
+void check_digests(const kcoral::MultipartDigests& digests, std::string_view body,
+                   const std::vector<kcoral::MultipartPart>& parts) {
   for (const kcoral::MultipartPart& part : parts) {
     const std::string* digest =
         digests.digest_of(static_cast<std::size_t>(part.data.data() - body.data()), part.data.size());
@@ -75,6 +81,15 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const kcoral::MultipartLimits tight{3, 200};
   auto parts = kcoral::parse_multipart(content_type, body, defaults);
   auto tight_parts = kcoral::parse_multipart(content_type, body, tight);
+  const kcoral::MultipartDigests digests = digests_of(content_type, body);
+  auto shortcut = kcoral::parse_multipart(content_type, body, defaults, &digests);
+  KCORAL_INVARIANT(shortcut.has_value() == parts.has_value());
+  if (parts) {
+    KCORAL_INVARIANT(same_parts(*parts, *shortcut));
+    for (std::size_t i = 0; i < parts->size(); ++i)
+      KCORAL_INVARIANT((*parts)[i].data.data() == (*shortcut)[i].data.data());
+  }
+  if (!parts) KCORAL_INVARIANT(shortcut.error().message == parts.error().message);
   if (tight_parts) {
     KCORAL_INVARIANT(tight_parts->size() <= tight.max_parts);
     KCORAL_INVARIANT(parts.has_value() && same_parts(*parts, *tight_parts));
@@ -86,6 +101,6 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   KCORAL_INVARIANT(!parts->empty() && parts->size() <= defaults.max_parts);
   check_views(body, *parts);
   check_round_trip(*parts);
-  check_digests(content_type, body, *parts);
+  check_digests(digests, body, *parts);
   return 0;
 }
