@@ -172,6 +172,29 @@ def test_a_payload_equal_to_an_upload_takes_its_digest_and_any_other_is_hashed(s
         assert digest == (LABEL if data == upload else sha256(data))
 
 
+@pytest.mark.parametrize("seed", range(30))
+def test_any_bytes_with_uploads_give_exact_digests_and_an_uploads_only_for_it(seed):
+    """Mangled bodies whose payloads hold uploads, their starts, and pieces of them: a digest
+    is the upload's (a label no hash gives) only for a range holding exactly that upload,
+    and every other is the SHA-256 of its range."""
+    rng = random.Random(500 + seed)
+    upload = rng.randbytes(COMPARED_FROM_BYTES + rng.randrange(5000))
+    other = upload[: rng.randrange(len(upload))] + rng.randbytes(rng.randrange(3))
+    payloads = [rng.choice([upload, other, upload[rng.randrange(9):], b""]) for _ in range(rng.randrange(1, 4))]
+    parts = [Part("result", "application/json", b"{}")]
+    parts += [Part(f"return:{i}", "application/octet-stream", data) for i, data in enumerate(payloads)]
+    content_type, body = encode_multipart(parts)
+    boundary = content_type.split("boundary=")[1].encode()
+    data = mangled(rng, body, boundary, rng.randrange(0, 6))
+    digests = follow(data, boundary, random_cuts(rng, len(data), rng.randrange(30)), {LABEL: upload})
+    hashed = 0
+    for (start, end), digest in sorted(digests.items()):
+        assert hashed <= start <= end <= len(data)
+        expected = LABEL if data[start:end] == upload else sha256(data[start:end])
+        assert digest == expected
+        hashed = end
+
+
 def test_uploads_below_the_comparison_size_are_hashed_as_any_payload():
     small = random.Random(5).randbytes(COMPARED_FROM_BYTES - 1)
     found = payloads_with(small, [small], 5)
