@@ -19,7 +19,8 @@ large upload's, they are compared with it (``memcmp``, several times faster than
 rather than hashed, and one that turns out equal to the whole upload takes the digest the
 client computed for it. One that differs after all is then hashed from its start. A
 hostile body costs at most one hash of its bytes (the ranges hashed never overlap), and
-each of its bytes compared at most once with each large upload.
+each of its bytes compared at most once with each of MAX_CANDIDATES uploads: a payload that
+could still be more of them (uploads sharing their start) is hashed instead.
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ PartDigests = Mapping[tuple[int, int], str]
 # Uploads from this size on are compared with the payloads that may be them; smaller ones
 # cost their hash little.
 COMPARED_FROM_BYTES = 1 << 20
+# A payload is compared with at most this many uploads at once; beyond, it is hashed.
+MAX_CANDIDATES = 4
 # No uploads: the default where a caller has none to give.
 NO_UPLOADS: Mapping[str, bytes] = MappingProxyType({})
 
@@ -165,6 +168,8 @@ class PartFollower:
                 for digest, upload in self._candidates
                 if upload.startswith(piece, offset)  # memcmp, with no copy
             ]
+            if len(self._candidates) > MAX_CANDIDATES:
+                self._candidates = []
             if self._candidates:
                 return
             start = self._payload

@@ -18,7 +18,7 @@ import threading
 import pytest
 
 from kcoral._codec import Part, decode_multipart, encode_multipart
-from kcoral._part_hasher import COMPARED_FROM_BYTES, NO_UPLOADS, PartFollower, PartHasher
+from kcoral._part_hasher import COMPARED_FROM_BYTES, MAX_CANDIDATES, NO_UPLOADS, PartFollower, PartHasher
 
 MiB = 1 << 20
 
@@ -208,6 +208,21 @@ def test_payloads_that_begin_as_the_upload_cost_at_most_a_comparison_and_a_hash_
     others = [upload[: rng_size] for rng_size in (MiB, 2 * MiB, 4 * MiB - 1)] * 4
     found = payloads_with(upload, others, 6)
     assert [digest for _, digest in found[1:]] == [sha256(data) for data in others]
+
+
+def test_a_payload_that_could_be_more_uploads_than_it_compares_with_is_hashed():
+    """Uploads sharing their start: a payload could be any of them until their ends, so
+    beyond MAX_CANDIDATES it is hashed rather than compared with each."""
+    start = random.Random(8).randbytes(COMPARED_FROM_BYTES)
+    uploads = [start + bytes([i]) for i in range(MAX_CANDIDATES + 1)]
+    labels = {f"{i:064x}": upload for i, upload in enumerate(uploads)}
+    parts = [Part("result", "application/json", b"{}"), Part("return:0", "application/octet-stream", uploads[0])]
+    content_type, body = encode_multipart(parts)
+    boundary = content_type.split("boundary=")[1].encode()
+    cuts = list(range(0, len(body), 64 << 10))  # arriving a piece at a time
+    assert list(follow(body, boundary, cuts, labels).values()) == [sha256(b"{}"), sha256(uploads[0])]
+    few = dict(list(labels.items())[:MAX_CANDIDATES])
+    assert list(follow(body, boundary, cuts, few).values()) == [sha256(b"{}"), f"{0:064x}"]
 
 
 def test_the_thread_compares_with_the_uploads_it_is_given():
