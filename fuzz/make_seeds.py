@@ -138,7 +138,7 @@ def descriptors_of(frame: str) -> int:
 
 ONE_OF_EACH = [
     {"type": "fork", "visible_devices": "GPU-0f0e", "cuda_connections": 1, "refuse_multi_stream": True},
-    {"type": "zygote_ready", "versions": {"python": "3.11.2", "numpy": "1.26.4"}},
+    {"type": "zygote_ready", "versions": {"python": "3.11.2", "numpy": "1.26.4"}, "fork_parents": [4243]},
     {"type": "forked", "pid": 4242},
     {"type": "exited", "pid": 4242, "exit_code": 0},
     {"type": "zygote_failed", "message": "no interpreter"},

@@ -31,7 +31,8 @@ inline constexpr auto kFields<Fork> =
     std::tuple{Field{"visible_devices", &Fork::visible_devices}, Field{"cuda_connections", &Fork::cuda_connections},
                Field{"refuse_multi_stream", &Fork::refuse_multi_stream}, Field{"warm_up", &Fork::warm_up}};
 template <>
-inline constexpr auto kFields<ZygoteReady> = std::tuple{Field{"versions", &ZygoteReady::versions}};
+inline constexpr auto kFields<ZygoteReady> =
+    std::tuple{Field{"versions", &ZygoteReady::versions}, Field{"fork_parents", &ZygoteReady::fork_parents}};
 template <>
 inline constexpr auto kFields<Forked> = std::tuple{Field{"pid", &Forked::pid}};
 template <>

@@ -42,9 +42,11 @@ struct Fork {
   bool refuse_multi_stream = false;
   bool warm_up = true;
 };
-// zygote -> front, once: the interpreter is up; what its environment has installed.
+// zygote -> front, once: the interpreter is up; what its environment has installed; and
+// the pids of its helpers, which fork the workers when it has any (worker/zygote.hpp).
 struct ZygoteReady {
   std::map<std::string, std::string> versions;
+  std::vector<std::int64_t> fork_parents;
 };
 // zygote -> front: a worker was forked. Descriptors: the front's end of its channel, and a
 // pidfd of the worker (opened by its parent before it could be reaped, so it names that

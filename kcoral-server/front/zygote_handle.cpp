@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <boost/asio/bind_executor.hpp>
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -112,6 +113,7 @@ Status ZygoteHandle::start() {
   started_pid_ = process_.pid();
   channel_ = Channel(std::move(pair->first), kMaxMessageBytes);
   ready_ = false;
+  fork_parents_.clear();
   forks_asked_ = 0;
   ::fcntl(channel_.fd(), F_SETFL, O_NONBLOCK);
   int watched = ::fcntl(channel_.fd(), F_DUPFD_CLOEXEC, 3);
@@ -205,6 +207,13 @@ void ZygoteHandle::handle(messages::Received received) {
   if (auto* ready = std::get_if<messages::ZygoteReady>(&received.message)) {
     if (ready_) return lost("the worker parent said ready twice");
     ready_ = true;
+    for (std::int64_t pid : ready->fork_parents) {
+      // Its own children, each named once.
+      if (pid <= 1 || pid != static_cast<pid_t>(pid) || parent_of(static_cast<pid_t>(pid)) != process_.pid() ||
+          std::find(fork_parents_.begin(), fork_parents_.end(), static_cast<pid_t>(pid)) != fork_parents_.end())
+        return lost("the worker parent named pid " + std::to_string(pid) + " as a helper, not a child of its own");
+      fork_parents_.push_back(static_cast<pid_t>(pid));
+    }
     callbacks_.on_ready(std::move(ready->versions));
   } else if (auto* forked = std::get_if<messages::Forked>(&received.message)) {
     if (forks_asked_ == 0) return lost("the worker parent forked a worker nobody asked for");
@@ -212,8 +221,10 @@ void ZygoteHandle::handle(messages::Received received) {
     auto pid = static_cast<pid_t>(forked->pid);
     // A child already reaped has no parent to check; its exit notice follows.
     pid_t parent = forked->pid > 1 && forked->pid == pid ? parent_of(pid) : 0;
-    if (parent != -1 && parent != process_.pid())
-      return lost("the worker parent named pid " + std::to_string(forked->pid) + ", not a child of its own");
+    bool by_helper = std::find(fork_parents_.begin(), fork_parents_.end(), parent) != fork_parents_.end();
+    if (parent != -1 && parent != process_.pid() && !by_helper)
+      return lost("the worker parent named pid " + std::to_string(forked->pid) + ", not a child of its own or of "
+                  "its helpers");
     auto process = Process::adopt(pid, std::move(received.fds[1]));
     if (!process) return lost("the worker parent's fork: " + process.error().message);
     callbacks_.on_forked(std::move(*process), std::move(received.fds[0]));

@@ -119,6 +119,7 @@ class ZygoteHandle {
   Channel channel_;
   boost::asio::posix::stream_descriptor readable_;
   bool ready_ = false;
+  std::vector<pid_t> fork_parents_;  // its helpers (ZygoteReady), whose children workers may be
   std::size_t forks_asked_ = 0;  // not yet answered
 };
 

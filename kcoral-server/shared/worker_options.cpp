@@ -27,6 +27,7 @@ std::vector<std::string> WorkerOptions::to_argv() const {
       "--init", init_path,
       "--preload", joined(preload),
       "--programs-per-worker", std::to_string(programs_per_worker),
+      "--fork-parents", std::to_string(fork_parents),
       "--reuse-check", reuse_check ? "state" : "none",
       "--sandbox", sandboxed ? "namespaces" : "none",
       "--memory-limit-bytes", std::to_string(sandbox_policy.memory_bytes),
@@ -51,6 +52,7 @@ Result<WorkerOptions> WorkerOptions::parse(const std::vector<std::string>& argum
   app.add_option("--init", out.init_path)->required();
   app.add_option("--preload", out.preload)->required()->delimiter(',');
   app.add_option("--programs-per-worker", out.programs_per_worker)->required()->check(CLI::PositiveNumber);
+  app.add_option("--fork-parents", out.fork_parents)->required()->check(CLI::Range(1, 64));
   app.add_option("--reuse-check", reuse_check)->required()->check(CLI::IsMember({"state", "none"}));
   app.add_option("--sandbox", sandbox)->required()->check(CLI::IsMember({"namespaces", "none"}));
   app.add_option("--memory-limit-bytes", out.sandbox_policy.memory_bytes)->required()->check(CLI::NonNegativeNumber);

@@ -21,6 +21,7 @@ struct WorkerOptions {
   std::string init_path;       // kcoral-init, each sandbox's first process
   std::vector<std::string> preload;  // modules the worker parent imports before it forks
   std::size_t programs_per_worker = 1;
+  std::size_t fork_parents = 1;  // processes that fork workers side by side (worker/zygote.hpp)
   bool reuse_check = true;   // a reused worker's state is checked between programs
   // The sandbox (worker/sandbox.hpp); kcoral-server's --help explains each.
   bool sandboxed = true;  // --sandbox namespaces; false: none

@@ -81,20 +81,45 @@ Status Sandbox::prepare_zygote() {
   if (zygote_is_root_) {
     if (config_.policy.first_uid == 0 || config_.policy.last_uid < config_.policy.first_uid)
       return fail(ErrorKind::engine, "the sandbox's user id range may not include root, and must not be empty");
-    std::uniform_int_distribution<std::uint64_t> offset(0, std::uint64_t{config_.policy.last_uid} - config_.policy.first_uid);
-    std::random_device random;
-    uids_.emplace(config_.policy.first_uid, config_.policy.last_uid, static_cast<uid_t>(config_.policy.first_uid + offset(random)));
+    take_uids(config_.policy.first_uid, config_.policy.last_uid);
   }
-  if (config_.cgroups) {
-    auto layout = read_cgroup_layout();
-    auto groups = layout ? ProgramCgroups::create(*layout, "kcoral-" + std::to_string(::getpid()),
-                                                  {config_.policy.memory_bytes, config_.policy.processes})
-                         : Result<ProgramCgroups>(std::unexpected(layout.error()));
-    if (groups) cgroups_ = std::move(*groups);
-    else no_cgroups_ = groups.error().message;
-  } else {
+  make_cgroups();
+  return {};
+}
+
+void Sandbox::take_uids(uid_t first, uid_t last) {
+  std::uniform_int_distribution<std::uint64_t> offset(0, std::uint64_t{last} - first);
+  std::random_device random;
+  uids_.emplace(first, last, static_cast<uid_t>(first + offset(random)));
+}
+
+void Sandbox::make_cgroups() {
+  // Assigning over the zygote's group, in a helper, removes it: the zygote forks no worker
+  // once it has helpers, and its group is empty then (Zygote::start_helpers).
+  cgroups_.reset();
+  if (!config_.cgroups) {
     no_cgroups_ = "not asked for";
+    return;
   }
+  auto layout = read_cgroup_layout();
+  auto groups = layout ? ProgramCgroups::create(*layout, "kcoral-" + std::to_string(::getpid()),
+                                                {config_.policy.memory_bytes, config_.policy.processes})
+                       : Result<ProgramCgroups>(std::unexpected(layout.error()));
+  if (groups) cgroups_ = std::move(*groups);
+  else no_cgroups_ = groups.error().message;
+}
+
+Status Sandbox::become_helper(std::size_t index, std::size_t count) {
+  if (!config_.enabled) return {};
+  if (uids_) {
+    std::uint64_t share = (std::uint64_t{config_.policy.last_uid} - config_.policy.first_uid + 1) / count;
+    if (share == 0)
+      return fail(ErrorKind::engine, "the sandbox's user id range (--sandbox-uid-range) has fewer ids than there "
+                                     "are worker parents (--fork-parents)");
+    auto first = static_cast<uid_t>(config_.policy.first_uid + index * share);
+    take_uids(first, index + 1 == count ? config_.policy.last_uid : static_cast<uid_t>(first + share - 1));
+  }
+  make_cgroups();
   return {};
 }
 

@@ -77,6 +77,11 @@ class Sandbox {
   // In the zygote, once the interpreter is up: more paths the workers may read (the
   // config's are added by prepare_zygote).
   void add_readable_paths(const std::vector<std::string>& paths);
+  // In a fork helper (Zygote::start_helpers), a copy of the zygote that forks workers
+  // beside it, before its first fork: its workers take their user ids from its own slice
+  // (`index` of `count`) of the range, so that no two live workers share one, and their
+  // control groups go under a server group of its own, which it removes at its end.
+  [[nodiscard]] Status become_helper(std::size_t index, std::size_t count);
 
   // What bounds each program here, for the server's start: its control group (or why
   // there is none, and what holds instead) and the user it runs as outside.
@@ -143,6 +148,11 @@ class Sandbox {
     UniqueFd socket;
     std::chrono::steady_clock::time_point deadline;
   };
+
+  // A root zygote's users: ids `first` to `last`, the first one taken at random among them.
+  void take_uids(uid_t first, uid_t last);
+  // The server's control group, named after this process, or why there is none.
+  void make_cgroups();
 
   SandboxConfig config_;
   std::vector<std::string> readable_;  // canonical, sorted, none under another

@@ -199,6 +199,7 @@ int run_worker_parent(const std::vector<std::string>& arguments) {
     if (auto tried = zygote.trial(); !tried) return zygote.failed_to_start(tried.error().message);
     std::fprintf(stderr, "kcoral-server: limits: %s\n", sandboxes.limits_description().c_str());
   }
+  if (auto started = zygote.start_helpers(signal_fd); !started) return zygote.failed_to_start(started.error().message);
   return zygote.serve(signal_fd, std::move(versions));
 }
 

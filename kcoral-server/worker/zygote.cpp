@@ -20,6 +20,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <optional>
+#include <thread>
 #include <vector>
 
 #include "courier.hpp"
@@ -75,13 +77,18 @@ int Zygote::failed_to_start(const std::string& message) {
 }
 
 int Zygote::serve(int signal_fd, std::map<std::string, std::string> versions) {
-  if (!messages::send(control_, messages::ZygoteReady{std::move(versions)})) return 1;
-  while (true) {
-    // The control channel, signals, (cgroup v1) each running program's memory event, and
-    // each forked worker's admission, until its deadline.
+  std::vector<std::int64_t> fork_parents;
+  for (const Helper& helper : helpers_) fork_parents.push_back(helper.pid);
+  if (!messages::send(control_, messages::ZygoteReady{std::move(versions), std::move(fork_parents)})) return 1;
+  std::optional<std::string> failure;  // why the zygote cannot go on
+  bool serving = true;
+  while (serving && !failure) {
+    // The control channel, signals, the helpers' channels, (cgroup v1) each running
+    // program's memory event, and each forked worker's admission, until its deadline.
     std::vector<std::pair<int, pid_t>> memory_events = sandbox_.memory_events();
     std::vector<std::pair<int, pid_t>> admissions = sandbox_.admissions();
     std::vector<pollfd> fds{{control_.fd(), POLLIN, 0}, {signal_fd, POLLIN, 0}};
+    for (const Helper& helper : helpers_) fds.push_back({helper.channel.fd(), POLLIN, 0});
     for (const auto& [fd, worker] : memory_events) fds.push_back({fd, POLLIN, 0});
     for (const auto& [fd, worker] : admissions) fds.push_back({fd, POLLIN, 0});
     int timeout_ms = -1;
@@ -93,31 +100,143 @@ int Zygote::serve(int signal_fd, std::map<std::string, std::string> versions) {
       if (errno == EINTR) continue;
       return 1;
     }
-    for (std::size_t i = 0; i < memory_events.size(); ++i)
-      if (fds[2 + i].revents & POLLIN) sandbox_.out_of_memory(memory_events[i].second);
-    for (std::size_t i = 0; i < admissions.size(); ++i)
-      if (fds[2 + memory_events.size() + i].revents & (POLLIN | POLLHUP | POLLERR))
-        sandbox_.continue_admission(admissions[i].second);
+    std::size_t next = 2;
+    for (Helper& helper : helpers_)
+      if (fds[next++].revents & (POLLIN | POLLHUP | POLLERR))
+        if (auto relayed = relay(helper); !relayed && !failure) failure = relayed.error().message;
+    for (const auto& [fd, worker] : memory_events)
+      if (fds[next++].revents & POLLIN) sandbox_.out_of_memory(worker);
+    for (const auto& [fd, worker] : admissions)
+      if (fds[next++].revents & (POLLIN | POLLHUP | POLLERR)) sandbox_.continue_admission(worker);
     sandbox_.expire_admissions();
     if (fds[1].revents & POLLIN) {
       signalfd_siginfo info;
-      bool stop = false;
-      while (::read(signal_fd, &info, sizeof info) == sizeof info) stop = stop || info.ssi_signo != SIGCHLD;
-      reap();
-      if (stop) break;
+      while (::read(signal_fd, &info, sizeof info) == sizeof info) serving = serving && info.ssi_signo == SIGCHLD;
+      if (reap() && !failure) failure = "a helper of the worker parent exited";
     }
-    if (fds[0].revents & (POLLIN | POLLHUP | POLLERR)) {
+    if (serving && !failure && (fds[0].revents & (POLLIN | POLLHUP | POLLERR))) {
       auto received = messages::receive(control_);
       if (!received) break;  // the front is gone (or speaks nonsense)
       if (*received)
-        if (auto* fork = std::get_if<messages::Fork>(&(*received)->message)) fork_worker(signal_fd, *fork);
+        if (auto* fork = std::get_if<messages::Fork>(&(*received)->message)) {
+          if (helpers_.empty()) fork_worker(signal_fd, *fork);
+          else if (auto dispatched = dispatch(*fork); !dispatched) failure = dispatched.error().message;
+        }
     }
   }
+  if (failure) (void)messages::send(control_, messages::ZygoteFailed{*failure});
+  end_helpers();
   for (pid_t pid : workers_) ::kill(pid, SIGKILL);
   kill_descendants();
   sandbox_.end();
   for (pid_t pid : workers_) remove_tree(worker_root(pid));
-  return 0;
+  return failure ? 1 : 0;
+}
+
+Status Zygote::start_helpers(int signal_fd) {
+  const std::size_t count = options_.flags.fork_parents;
+  if (count <= 1) return {};
+  // The trial's namespace init first: a helper's books (a copy of the sandbox's) must hold
+  // no child of the zygote's.
+  for (pid_t init : sandbox_.inits()) {
+    ::waitpid(init, nullptr, 0);
+    sandbox_.reaped(init);
+  }
+  const pid_t zygote = ::getpid();
+  for (std::size_t index = 0; index < count; ++index) {
+    auto pair = Channel::socket_pair();
+    if (!pair) return std::unexpected(pair.error());
+    cpython::ForkScope fork;
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      fork.in_child();
+      ::prctl(PR_SET_PDEATHSIG, SIGTERM);  // a signal its serve() stops at, ending its workers
+      if (::getppid() != zygote) ::_exit(1);
+      become_subreaper();  // not inherited: what its workers leave running comes to it
+      pair->first.reset();
+      (void)control_.release_socket();  // closed: only the zygote speaks to the front
+      for (Helper& other : helpers_) (void)other.channel.release_socket();
+      helpers_.clear();
+      control_ = Channel(std::move(pair->second));
+      if (auto became = sandbox_.become_helper(index, count); !became) ::_exit(failed_to_start(became.error().message));
+      ::_exit(serve(signal_fd, {}));
+    }
+    fork.in_parent();
+    if (pid < 0) return system_error("forking a helper of the worker parent");
+    pair->second.reset();
+    helpers_.push_back({pid, Channel(std::move(pair->first)), 0});
+  }
+  // Each says it is ready, or why it cannot be.
+  constexpr int kReadyTimeoutMs = 10000;
+  for (Helper& helper : helpers_) {
+    pollfd readable{helper.channel.fd(), POLLIN, 0};
+    if (::poll(&readable, 1, kReadyTimeoutMs) != 1)
+      return fail(ErrorKind::engine, "a helper of the worker parent did not start within 10 s");
+    auto received = messages::receive(helper.channel);
+    if (!received) return fail(ErrorKind::engine, "a helper of the worker parent: " + received.error().message);
+    if (!*received) return fail(ErrorKind::engine, "a helper of the worker parent said nothing whole");
+    if (auto* failed = std::get_if<messages::ZygoteFailed>(&(*received)->message))
+      return fail(ErrorKind::engine, "a helper of the worker parent: " + failed->message);
+    if (!std::holds_alternative<messages::ZygoteReady>((*received)->message))
+      return fail(ErrorKind::engine, "a helper of the worker parent sent '" +
+                                         std::string(messages::name_of((*received)->message)) + "' first");
+  }
+  return {};
+}
+
+Status Zygote::dispatch(const messages::Fork& fork) {
+  // Of those with the fewest in flight, the next in turn: reaping, too, is shared out.
+  Helper* helper = nullptr;
+  for (std::size_t step = 0; step < helpers_.size(); ++step) {
+    Helper& candidate = helpers_[(next_helper_ + step) % helpers_.size()];
+    if (!helper || candidate.forks_asked < helper->forks_asked) helper = &candidate;
+  }
+  next_helper_ = (static_cast<std::size_t>(helper - helpers_.data()) + 1) % helpers_.size();
+  if (!messages::send(helper->channel, fork)) return fail(ErrorKind::engine, "a helper of the worker parent is gone");
+  ++helper->forks_asked;
+  return {};
+}
+
+Status Zygote::relay(Helper& helper) {
+  auto received = messages::receive(helper.channel);
+  if (!received)
+    return fail(ErrorKind::engine, "a helper of the worker parent " +
+                                       (helper.channel.peer_closed() ? std::string("exited") : received.error().message));
+  if (!*received) return {};
+  messages::Received& said = **received;
+  // What the zygote itself would say to the front, and nothing else.
+  if (std::holds_alternative<messages::Forked>(said.message) ||
+      std::holds_alternative<messages::ForkFailed>(said.message)) {
+    if (helper.forks_asked == 0) return fail(ErrorKind::engine, "a helper of the worker parent forked unasked");
+    --helper.forks_asked;
+    std::vector<int> fds;
+    for (const UniqueFd& fd : said.fds) fds.push_back(fd.get());
+    (void)messages::send(control_, said.message, fds);
+  } else if (std::holds_alternative<messages::Exited>(said.message)) {
+    (void)messages::send(control_, said.message);
+  } else if (auto* failed = std::get_if<messages::ZygoteFailed>(&said.message)) {
+    return fail(ErrorKind::engine, "a helper of the worker parent: " + failed->message);
+  } else {
+    return fail(ErrorKind::engine, "a helper of the worker parent sent '" +
+                                       std::string(messages::name_of(said.message)) + "'");
+  }
+  return {};
+}
+
+void Zygote::end_helpers() {
+  for (Helper& helper : helpers_) helper.channel = Channel();  // its serve() ends at that
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  for (const Helper& helper : helpers_) {
+    while (::waitpid(helper.pid, nullptr, WNOHANG) == 0) {
+      if (std::chrono::steady_clock::now() >= deadline) {
+        ::kill(helper.pid, SIGKILL);
+        ::waitpid(helper.pid, nullptr, 0);
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+  helpers_.clear();
 }
 
 std::string Zygote::worker_root(pid_t pid) const { return options_.flags.work_root + "/" + std::to_string(pid); }
@@ -180,11 +299,16 @@ void Zygote::fork_worker(int signal_fd, const messages::Fork& fork) {
   (void)messages::send(control_, messages::Forked{*pid}, fds);
 }
 
-void Zygote::reap() {
+bool Zygote::reap() {
   bool any = false;
+  bool helper_ended = false;
   int status = 0;
   pid_t pid;
   while ((pid = ::waitpid(-1, &status, WNOHANG)) > 0) {
+    if (std::any_of(helpers_.begin(), helpers_.end(), [&](const Helper& helper) { return helper.pid == pid; })) {
+      helper_ended = true;
+      continue;
+    }
     if (workers_.erase(pid) == 0) {  // an orphan we adopted, or a namespace's init
       sandbox_.reaped(pid);
       continue;
@@ -204,8 +328,10 @@ void Zygote::reap() {
   if (any) {
     std::vector<pid_t> keep(workers_.begin(), workers_.end());
     for (pid_t init : sandbox_.inits()) keep.push_back(init);
+    for (const Helper& helper : helpers_) keep.push_back(helper.pid);
     kill_descendants(keep);
   }
+  return helper_ended;
 }
 
 // One worker less than asked for, for want of a resource that may come back: the front counts

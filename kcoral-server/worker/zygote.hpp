@@ -8,7 +8,16 @@
 // hands over at fork time. The zygote reaps workers, kills their orphans and removes their
 // files.
 //
+// The kernel forks one address space at a time, and a zygote holding large libraries
+// takes milliseconds a fork (copying its page tables); so with `fork_parents` above 1 the
+// zygote forks that many helpers, copies of itself sharing its memory, each of which
+// forks, admits and reaps workers as the zygote would (their own user ids and control
+// groups: Sandbox::become_helper). The zygote then forks no worker itself: it hands each
+// fork request to the helper with the fewest in flight and passes their answers on to
+// the front as they are. A helper that dies fails the zygote (the front starts a new one).
+//
 //   Zygote zygote(options, executor, sandbox, std::move(control));
+//   zygote.start_helpers(signal_fd);            // when options.flags.fork_parents > 1
 //   return zygote.serve(signal_fd, versions);  // until the front goes or a signal says stop
 #pragma once
 
@@ -48,11 +57,32 @@ class Zygote {
   [[nodiscard]] int serve(int signal_fd, std::map<std::string, std::string> versions);
   // Tells the front the zygote cannot start, and why. Returns the exit code.
   [[nodiscard]] int failed_to_start(const std::string& message);
+  // After the trial: forks options.flags.fork_parents helpers (none for 1) and waits until
+  // each is ready to fork.
+  [[nodiscard]] Status start_helpers(int signal_fd);
 
  private:
+  // A helper, seen from the zygote: its control channel and the fork requests it has not
+  // answered yet.
+  struct Helper {
+    pid_t pid = -1;
+    Channel channel;
+    std::size_t forks_asked = 0;
+  };
+
+  // Hands a fork request to a helper with the fewest in flight.
+  [[nodiscard]] Status dispatch(const messages::Fork& fork);
+  // Passes what `helper` said on to the front; an error when the helper broke its protocol
+  // or is gone.
+  [[nodiscard]] Status relay(Helper& helper);
+  // Closes the helpers' channels, which ends them (they kill their workers and remove
+  // their groups), and waits a while for them.
+  void end_helpers();
+
   [[nodiscard]] std::string worker_root(pid_t pid) const;
   void fork_worker(int signal_fd, const messages::Fork& fork);
-  void reap();
+  // Reaps what ended; whether a helper did.
+  bool reap();
   void fork_failed(const std::string& message);
 
   // Forks a child (sandboxed, when the sandbox is on); runs `child` in it, which must not
@@ -64,6 +94,8 @@ class Zygote {
   Sandbox& sandbox_;
   Channel control_;
   std::set<pid_t> workers_;
+  std::vector<Helper> helpers_;  // the zygote's; empty in a helper, and with fork_parents 1
+  std::size_t next_helper_ = 0;  // where dispatch() starts looking
 };
 
 }  // namespace kcoral

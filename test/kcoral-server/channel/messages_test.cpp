@@ -25,7 +25,7 @@ std::vector<messages::Message> one_of_each() {
                       messages::ErrorDetail{kcoral::ErrorKind::runtime, "boom", 2, "run", "Traceback...", "r", "cuLaunchKernel", "x.py:3"},
                       "threads: 3 after the program, 2 before", true, {"", "ab", ""}};
   return {messages::Fork{"GPU-1234", 1, true, false},
-          messages::ZygoteReady{{{"python", "3.11"}, {"numpy", "2.0"}}},
+          messages::ZygoteReady{{{"python", "3.11"}, {"numpy", "2.0"}}, {4243, 4244}},
           messages::Forked{4242},
           messages::Exited{4242, std::nullopt, 9, true},
           messages::ZygoteFailed{"no python"},

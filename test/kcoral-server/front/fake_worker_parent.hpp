@@ -81,7 +81,7 @@ def worker(sock, fork):
     while sock.recv(1 << 20, socket.MSG_TRUNC):
         pass
     os._exit(0)
-send(channel, {"type": "zygote_ready", "versions": {"python": "fake", "parent": str(os.getpid())}})
+send(channel, {"type": "zygote_ready", "versions": {"python": "fake", "parent": str(os.getpid())}, "fork_parents": []})
 children = {}  # pidfd: pid
 forks_asked = {}  # group: how many
 while True:

@@ -18,6 +18,7 @@
 #include <fstream>
 
 #include "front_test_support.hpp"
+#include "process_tree.hpp"
 #include "zygote_handle.hpp"
 
 using kcoral::ZygoteHandle;
@@ -28,7 +29,9 @@ namespace {
 // The stand-in parent. FAKE_MODE (from --program-env, which the parent's environment
 // gets): "good" answers each fork with a child that sleeps; "alien" sends its own pidfd
 // for a child's; "stubborn" also ignores SIGTERM and its closed channel; "short" fails its
-// first fork and makes the rest; "unasked" says a fork failed before any was asked for.
+// first fork and makes the rest; "unasked" says a fork failed before any was asked for;
+// "helper" forks a helper first, names it in its ready, and has it fork the workers;
+// "stranger" names its own parent (the test) as a helper.
 constexpr const char* kFakeParent = R"(#!/usr/bin/env python3
 import ctypes, json, os, signal, socket, time
 mode = os.environ.get("FAKE_MODE", "good")
@@ -41,7 +44,23 @@ def send(message, fds=()):
         socket.send_fds(channel, [frame], list(fds))
     else:
         channel.send(frame)
-send({"type": "zygote_ready", "versions": {"python": "fake"}})
+helper = None
+if mode == "helper":
+    to_helper, from_main = os.pipe()
+    to_main, from_helper = os.pipe()
+    helper = os.fork()
+    if helper == 0:
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)
+        while os.read(to_helper, 1):
+            pid = os.fork()
+            if pid == 0:
+                ctypes.CDLL(None).prctl(1, signal.SIGKILL)
+                time.sleep(600)
+                os._exit(0)
+            os.write(from_helper, b"%10d" % pid)
+        os._exit(0)
+named = [helper] if helper else [os.getppid()] if mode == "stranger" else []
+send({"type": "zygote_ready", "versions": {"python": "fake"}, "fork_parents": named})
 if mode == "unasked":
     send({"type": "fork_failed", "message": "nothing asked"})
 children = []
@@ -58,6 +77,14 @@ while True:
         continue
     front, worker = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     parent = os.getpid()
+    if helper:
+        os.write(from_main, b"f")
+        pid = int(os.read(to_main, 10))
+        pidfd = os.pidfd_open(pid)
+        send({"type": "forked", "pid": pid}, [front.fileno(), pidfd])
+        os.close(pidfd)
+        front.close()
+        continue
     pid = os.fork()
     if pid == 0:
         ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: not outliving a killed parent
@@ -70,7 +97,7 @@ while True:
     send({"type": "forked", "pid": pid}, [front.fileno(), pidfd])
     os.close(pidfd)
     front.close()
-for pid in children:
+for pid in children + ([helper] if helper else []):
     os.kill(pid, signal.SIGKILL)
     os.waitpid(pid, 0)
 while mode == "stubborn":
@@ -123,6 +150,26 @@ bool unreaped(pid_t pid) {
 }
 
 }  // namespace
+
+TEST_CASE("a worker parent whose helper forks is heard: a worker whose parent is a helper it named is taken") {
+  Harness h("helper");
+  REQUIRE(h.pump([&] { return !h.versions.empty(); }));
+  h.handle->request_fork({});
+  REQUIRE(h.pump([&] { return !h.workers.empty() || !h.failures.empty(); }));
+  CAPTURE(h.failures);
+  REQUIRE(h.workers.size() == 1);
+  CHECK(kcoral::parent_of(h.workers[0].pid()) != h.handle->pid());  // the helper's child
+  CHECK(h.workers[0].signal(0));
+  CHECK(h.failures.empty());
+}
+
+TEST_CASE("a worker parent that names as its helper a process not its child is a broken parent") {
+  Harness h("stranger");
+  REQUIRE(h.pump([&] { return !h.failures.empty(); }));
+  CHECK(h.failures[0] == "the worker parent named pid " + std::to_string(::getpid()) +
+                             " as a helper, not a child of its own");
+  CHECK(h.versions.empty());
+}
 
 TEST_CASE("a worker parent that says ready and forks is heard, its workers held by their pidfds") {
   Harness h("good");

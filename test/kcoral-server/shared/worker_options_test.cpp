@@ -17,6 +17,7 @@ kcoral::WorkerOptions every_field_set() {
   options.init_path = "/opt/kcoral/bin/kcoral-init";
   options.preload = {"numpy", "tvm.script.tirx", "kcoral._native"};
   options.programs_per_worker = 64;
+  options.fork_parents = 3;
   options.reuse_check = false;
   options.sandboxed = false;
   options.sandbox_policy.memory_bytes = std::uint64_t{8} << 30;

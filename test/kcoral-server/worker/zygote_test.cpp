@@ -131,12 +131,13 @@ kcoral::SandboxConfig no_sandbox() {
 // preload, which the executor tests cover, and the readable paths of LD_LIBRARY_PATH); its
 // executor is the test process's, made before the fork. `front` is the test's end of its
 // control channel. With `trial`, it tries a worker first and, when that fails, says so
-// instead of serving; `before_serve` runs in it last before it serves. The destructor
-// kills it if it is still running (its workers die with it).
+// instead of serving; `before_serve` runs in it last before it serves; `fork_parents` above 1
+// gives it that many helpers. The destructor kills it if it is still running (its workers
+// die with it).
 class ZygoteProcess {
  public:
   ZygoteProcess(const kcoral::test::TempDir& work_root, kcoral::SandboxConfig config, bool trial = false,
-                const std::function<void()>& before_serve = {}) {
+                const std::function<void()>& before_serve = {}, std::size_t fork_parents = 1) {
     kcoral::Executor& executor = kcoral::test::executor();  // the interpreter, up before the fork
     versions_ = executor.versions();
     auto pair = kcoral::Channel::socket_pair();
@@ -150,7 +151,7 @@ class ZygoteProcess {
         fork.in_child();
         pair->first.reset();  // the front's end: only the front may hold it
         run(executor, kcoral::Channel(std::move(pair->second)), work_root.path(), std::move(config), trial, versions_,
-            before_serve);
+            before_serve, fork_parents);
       }
       fork.in_parent();
     }
@@ -191,13 +192,14 @@ class ZygoteProcess {
   // The child: worker_parent.cpp's steps, in its order. Never returns.
   [[noreturn]] static void run(kcoral::Executor& executor, kcoral::Channel control, const std::string& work_root,
                                kcoral::SandboxConfig config, bool trial, std::map<std::string, std::string> versions,
-                               const std::function<void()>& before_serve) {
+                               const std::function<void()>& before_serve, std::size_t fork_parents) {
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the test
     kcoral::become_subreaper();
     kcoral::ZygoteOptions options{kcoral::WorkerOptions{}, {}, {}};
     options.flags.work_root = work_root;
     options.flags.sandboxed = config.enabled;
     options.flags.init_path = config.init_path;
+    options.flags.fork_parents = fork_parents;
     options.interpreter_bin = fs::path(kcoral::cpython::interpreter_executable()).parent_path().string();
     kcoral::Sandbox sandbox(std::move(config));
     auto prepared = sandbox.prepare_zygote();
@@ -214,6 +216,7 @@ class ZygoteProcess {
     if (!prepared) ::_exit(zygote.failed_to_start(prepared.error().message));
     if (trial)
       if (auto tried = zygote.trial(); !tried) ::_exit(zygote.failed_to_start(tried.error().message));
+    if (auto started = zygote.start_helpers(signal_fd); !started) ::_exit(zygote.failed_to_start(started.error().message));
     if (before_serve) before_serve();
     ::_exit(zygote.serve(signal_fd, std::move(versions)));
   }
@@ -474,6 +477,62 @@ TEST_CASE("failed_to_start tells the front why, and returns 1") {
   CAPTURE(front.heard);
   REQUIRE(failed.has_value());
   CHECK(failed->message == "no such device");
+}
+
+TEST_CASE("with fork parents, the zygote's helpers fork the workers in turn, the zygote none; its ready names them, "
+          "and closing its channel ends them all") {
+  kcoral::test::TempDir work_root;
+  ZygoteProcess zygote(work_root, no_sandbox(), /*trial=*/true, {}, /*fork_parents=*/2);
+  auto ready = zygote.front.expect<messages::ZygoteReady>();
+  CAPTURE(zygote.front.heard);
+  REQUIRE(ready.has_value());
+  REQUIRE(ready->fork_parents.size() == 2);
+  std::vector<pid_t> helpers;
+  for (std::int64_t pid : ready->fork_parents) {
+    helpers.push_back(static_cast<pid_t>(pid));
+    CHECK(kcoral::parent_of(helpers.back()) == zygote.pid());
+  }
+  std::vector<Worker> workers;
+  std::map<pid_t, int> by_parent;
+  for (int i = 0; i < 4; ++i) {
+    auto worker = fork_worker(zygote.front);
+    REQUIRE(worker.has_value());
+    CHECK(worker->pidfd_names == worker->pid);
+    ++by_parent[kcoral::parent_of(worker->pid)];
+    REQUIRE(worker->front.expect<messages::Ready>());
+    workers.push_back(std::move(*worker));
+  }
+  CHECK(by_parent == std::map<pid_t, int>{{helpers[0], 2}, {helpers[1], 2}});
+  // A worker's end comes through the zygote, as one it forked itself.
+  auto built = calling("def main():\n    return 7\n");
+  REQUIRE(workers[0].front.send_job(built));
+  REQUIRE(workers[0].front.result().has_value());
+  auto exited = zygote.front.expect<messages::Exited>();
+  REQUIRE(exited.has_value());
+  CHECK(exited->pid == workers[0].pid);
+  zygote.front.channel = kcoral::Channel();
+  CHECK(zygote.exit_code() == 0);
+  for (const Worker& worker : workers) CHECK(ends_within(worker.process.pidfd()));
+  for (pid_t helper : helpers) CHECK(::kill(helper, 0) != 0);
+}
+
+TEST_CASE("a helper that dies fails the zygote, which says so and ends the other helpers and the workers") {
+  kcoral::test::TempDir work_root;
+  ZygoteProcess zygote(work_root, no_sandbox(), /*trial=*/false, {}, /*fork_parents=*/3);
+  auto ready = zygote.front.expect<messages::ZygoteReady>();
+  REQUIRE(ready.has_value());
+  REQUIRE(ready->fork_parents.size() == 3);
+  auto worker = fork_worker(zygote.front);
+  REQUIRE(worker.has_value());
+  REQUIRE(worker->front.expect<messages::Ready>());
+  ::kill(static_cast<pid_t>(ready->fork_parents[2]), SIGKILL);
+  auto failed = zygote.front.expect<messages::ZygoteFailed>();
+  CAPTURE(zygote.front.heard);
+  REQUIRE(failed.has_value());
+  CHECK(failed->message == "a helper of the worker parent exited");
+  CHECK(zygote.exit_code() == 1);
+  CHECK(ends_within(worker->process.pidfd()));
+  for (std::int64_t helper : ready->fork_parents) CHECK(::kill(static_cast<pid_t>(helper), 0) != 0);
 }
 
 TEST_CASE("the trial passes without a sandbox") {
