@@ -19,8 +19,9 @@ between the two reads of one snapshot.
 Prints a row per server: CPU per program, of it the front's, the worker parent's and the
 workers', programs per second in the window, and its median ``queue_ms`` and
 ``elapsed_ms`` (the worker's time, which a fresh worker's first program shows). The worker
-parent forks and reaps every fresh worker on one thread, so 1000 ms over its share is a
-ceiling on fresh programs per second however many cores the server has. Goal (issue: CPU
+parent forks and reaps every fresh worker on one thread, or on as many helpers as
+``--fork-parents`` gives it (counted as its share here), so that many times 1000 ms over its
+share is a ceiling on fresh programs per second however many cores the server has. Goal (issue: CPU
 workers cheaper): a fresh worker at most 4 ms of CPU per program.
 """
 
@@ -38,9 +39,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-import kcoral
-
 from roundtrip import _client, start_ours, stop, trivial_program
+
+import kcoral
 
 REPOSITORY = Path(__file__).resolve().parent.parent
 
@@ -103,20 +104,37 @@ def _children(pid: int) -> list[int]:
     return children
 
 
+def _fork_helper(pid: int) -> bool:
+    """Whether `pid`, a child of the worker parent, is one of its fork helpers: in the
+    parent's own PID namespace, where a sandboxed worker and its init are each in one of
+    their own (unsandboxed workers are not told apart: measure sandboxed servers)."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    return any(line.startswith("NSpid:") and len(line.split()) == 2 for line in status.splitlines())
+
+
 def _tree(front: int) -> dict[str, float]:
     """The CPU so far of the front, of the worker parent (its only child that lives as long
-    as it does) and of the workers, with their namespaces' inits: those the worker parent
-    has reaped and those alive (with what each of these has reaped)."""
+    as it does) with its fork helpers, and of the workers, with their namespaces' inits:
+    those reaped and those alive (with what each of these has reaped)."""
     front_own, _ = _cpu(front)
-    parent_own = workers = 0.0
+    parent_own = workers = helpers = 0.0
     for parent in _children(front):
         own, reaped = _cpu(parent)
         parent_own += own
         workers += reaped
-        for worker in _children(parent):
+        for child in _children(parent):
             with contextlib.suppress(OSError):  # reaped meanwhile: counted next time
-                workers += sum(_cpu(worker))
-    return {"front": front_own, "worker_parent": parent_own, "workers": workers}
+                if not _fork_helper(child):
+                    workers += sum(_cpu(child))
+                    continue
+                helpers += 1
+                own, reaped = _cpu(child)
+                parent_own += own
+                workers += reaped
+                for worker in _children(child):
+                    with contextlib.suppress(OSError):
+                        workers += sum(_cpu(worker))
+    return {"front": front_own, "worker_parent": parent_own, "workers": workers, "fork_helpers": helpers}
 
 
 def measure(label: str, command: list[str], args: argparse.Namespace,
@@ -132,11 +150,14 @@ def measure(label: str, command: list[str], args: argparse.Namespace,
         after = _tree(server.process.pid)
     finally:
         stop(server)
+    fork_helpers = int(after.pop("fork_helpers"))
+    before.pop("fork_helpers")
     per_program = {key: (after[key] - before[key]) / args.programs * 1e3 for key in after}
     return {
         "label": label,
         **{f"{key}_ms": value for key, value in per_program.items()},
         "total_ms": sum(per_program.values()),
+        "fork_helpers": fork_helpers,
         "per_second": args.programs / wall,
         "queue_median_ms": statistics.median(queue_ms) if queue_ms else None,
         "elapsed_median_ms": statistics.median(elapsed_ms) if elapsed_ms else None,
@@ -182,14 +203,15 @@ def main() -> None:
         queue, elapsed = ("-" if row[key] is None else f"{row[key]:.3f}"
                           for key in ("queue_median_ms", "elapsed_median_ms"))
         parent = row["worker_parent_ms"]
-        ceiling = f"{1e3 / parent:.0f}/s" if parent >= 0.05 else "-"  # reused: no forks
+        forking = max(1, row["fork_helpers"])  # the threads that fork: the parent's, or its helpers'
+        ceiling = f"{forking * 1e3 / parent:.0f}/s" if parent >= 0.05 else "-"  # reused: no forks
         print(f"| {row['label']} | {row['total_ms']:.2f} ms | {row['front_ms']:.2f} | "
               f"{parent:.2f} | {row['workers_ms']:.2f} | {ceiling} | {row['per_second']:.0f} | "
               f"{queue} | {elapsed} |")
     print("the front, the worker parent: each one's own CPU per program; the workers: theirs, "
           "their namespaces' inits' and their orphans'; its ceiling: the programs a second "
-          "that one thread of the worker parent, forking and reaping one worker per program, "
-          "can serve")
+          "that the worker parent's one thread, or its fork helpers side by side, forking and "
+          "reaping one worker per program, can serve")
     for row in rows:
         for failure in row["failures"][:5]:
             print(f"{row['label']}: {failure}")
