@@ -17,7 +17,7 @@
 // the front as they are. A helper that dies fails the zygote (the front starts a new one).
 //
 //   Zygote zygote(options, executor, sandbox, std::move(control));
-//   zygote.start_helpers(signal_fd);            // when options.flags.fork_parents > 1
+//   zygote.start_helpers(signal_fd);            // options.flags.fork_parents of them (none for 1)
 //   return zygote.serve(signal_fd, versions);  // until the front goes or a signal says stop
 #pragma once
 
