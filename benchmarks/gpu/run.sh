@@ -39,8 +39,8 @@
 #                                    is linked into it; that server's GPU tests that need only
 #                                    torch; needs .gpu-carry/wheels (ml_dtypes)
 #   benchmarks/gpu/run.sh roundtrip  benchmarks/roundtrip.py on CPU servers of this machine (16 idle
-#                                    cores): ours with fresh workers (forked by 4 helpers, and by
-#                                    the worker parent alone) and with reused workers beside the
+#                                    cores): ours with fresh workers (forked by the worker parent,
+#                                    and by 4 helpers) and with reused workers beside the
 #                                    reference's; needs .gpu-carry/reference and .gpu-carry/wheels;
 #                                    ROUNDTRIP_ARGS adds to its flags
 #   benchmarks/gpu/run.sh large-data 64 MiB up and back on CPU servers of this machine (16 cores):
@@ -191,7 +191,7 @@ if [[ ${1:-} == roundtrip ]]; then
   reference_venv
   server=$root/build/gpu/kcoral-server/kcoral-server
   timeout 560 "$python" benchmarks/roundtrip.py --server "$server" --reference-venv "$refvenv" \
-    --workers 8 ${ROUNDTRIP_ARGS:-} --variant "one-fork-parent=$server --fork-parents 1" \
+    --workers 8 ${ROUNDTRIP_ARGS:-} --variant "four-fork-parents=$server --fork-parents 4" \
     --variant "reused=$server --programs-per-worker 64" \
     --variant "numpy-only=$server --preload numpy,kcoral.builtins,kcoral._native" \
     --json "$result/roundtrip.json" 2>&1 | tee "$result/roundtrip.md"
@@ -237,7 +237,7 @@ if [[ ${1:-} == worker-cpu ]]; then
   server=$root/build/gpu/kcoral-server/kcoral-server
   timeout 560 "$python" benchmarks/worker_cpu.py --server "$server" --workers 8 --clients 8 \
     --warmup 300 --programs 2000 ${WORKER_CPU_ARGS:-} \
-    --variant "one-fork-parent=--fork-parents 1" \
+    --variant "four-fork-parents=--fork-parents 4" \
     --variant "numpy-only=--preload numpy,kcoral.builtins,kcoral._native" \
     --variant "reused=--programs-per-worker 1000" 2>&1 | tee "$result/worker-cpu.md"
   exit 0

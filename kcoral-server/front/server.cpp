@@ -51,18 +51,6 @@ std::string worker_python(const std::string& chosen) {
   return "python3";
 }
 
-// --fork-parents auto: side by side where forks are what fresh programs wait for (a CPU
-// server; a GPU server's are paced by CUDA's contexts), a quarter of the cores at most, as
-// each fork helper forks on a core of its own, and no more than the sandbox's user ids (each
-// helper takes a slice of them). Measured in benchmarks/README.md ("Forks side by side").
-std::size_t fork_parents_for(const ServerConfig& config) {
-  if (config.fork_parents > 0) return config.fork_parents;
-  if (config.device != "cpu" || config.programs_per_worker > 1) return 1;
-  std::uint64_t ids = std::uint64_t{config.sandbox_policy.last_uid} - config.sandbox_policy.first_uid + 1;
-  return static_cast<std::size_t>(
-      std::min<std::uint64_t>(std::clamp<std::size_t>(std::thread::hardware_concurrency() / 4, 1, 4), ids));
-}
-
 // The worker parent's command line, from the server's flags.
 WorkerOptions worker_options(const ServerConfig& config) {
   WorkerOptions out;
@@ -71,7 +59,7 @@ WorkerOptions worker_options(const ServerConfig& config) {
   out.init_path = beside_this_binary("kcoral-init");
   out.preload = config.preload;
   out.programs_per_worker = config.programs_per_worker;
-  out.fork_parents = fork_parents_for(config);
+  out.fork_parents = config.fork_parents;
   out.reuse_check = config.reuse_check == "state";
   out.sandboxed = config.sandbox == "namespaces";
   out.sandbox_policy = config.sandbox_policy;
