@@ -223,6 +223,18 @@ ProgramCgroups& ProgramCgroups::operator=(ProgramCgroups&& other) noexcept {
 
 ProgramCgroups::~ProgramCgroups() { remove(); }
 
+void ProgramCgroups::remove_beside(const std::string& name) const {
+  std::set<std::string> removed;
+  for (const auto& [controller, directory] : directories_) {
+    std::string beside = parent_of(directory) + "/" + name;
+    if (!removed.insert(beside).second) continue;
+    std::error_code error;
+    for (const auto& entry : std::filesystem::directory_iterator(beside, error))
+      if (entry.is_directory(error) && !entry.is_symlink(error)) (void)::rmdir(entry.path().c_str());
+    (void)::rmdir(beside.c_str());
+  }
+}
+
 void ProgramCgroups::remove() {
   std::set<std::string> removed;
   for (const auto& [controller, directory] : directories_)

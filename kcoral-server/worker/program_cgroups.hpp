@@ -96,6 +96,10 @@ class ProgramCgroups {
                                                      ProgramCgroupLimits limits);
   // Makes one program's group `name`, its limits written.
   [[nodiscard]] Result<ProgramCgroup> make(const std::string& name) const;
+  // Removes the server group `name` beside this one, with the program groups left in it,
+  // where they are empty (no process is killed: a group of that name in use belongs to
+  // another): a fork helper's that died before it could (worker/zygote.hpp).
+  void remove_beside(const std::string& name) const;
 
   // The controllers in use, in the order of kProgramControllers.
   [[nodiscard]] const std::vector<std::string>& controllers() const { return controllers_; }

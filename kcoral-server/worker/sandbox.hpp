@@ -82,6 +82,9 @@ class Sandbox {
   // (`index` of `count`) of the range, so that no two live workers share one, and their
   // control groups go under a server group of its own, which it removes at its end.
   [[nodiscard]] Status become_helper(std::size_t index, std::size_t count);
+  // In the zygote, once the helper `pid` has ended and its processes with it: removes its
+  // control groups, which a helper that was killed left behind.
+  void remove_helper_groups(pid_t pid);
 
   // What bounds each program here, for the server's start: its control group (or why
   // there is none, and what holds instead) and the user it runs as outside.

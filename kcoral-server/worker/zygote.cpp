@@ -125,9 +125,10 @@ int Zygote::serve(int signal_fd, std::map<std::string, std::string> versions) {
     }
   }
   if (failure) (void)messages::send(control_, messages::ZygoteFailed{*failure});
-  end_helpers();
+  std::vector<pid_t> helpers = end_helpers();  // those whose groups are left
   for (pid_t pid : workers_) ::kill(pid, SIGKILL);
   kill_descendants();
+  for (pid_t helper : helpers) sandbox_.remove_helper_groups(helper);
   sandbox_.end();
   for (pid_t pid : workers_) remove_tree(worker_root(pid));
   return failure ? 1 : 0;
@@ -223,20 +224,27 @@ Status Zygote::relay(Helper& helper) {
   return {};
 }
 
-void Zygote::end_helpers() {
+std::vector<pid_t> Zygote::end_helpers() {
+  std::vector<pid_t> left;
   for (Helper& helper : helpers_) helper.channel = Channel();  // its serve() ends at that
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   for (const Helper& helper : helpers_) {
-    while (::waitpid(helper.pid, nullptr, WNOHANG) == 0) {
+    int status = 0;
+    pid_t reaped = 0;
+    while (!helper.died && (reaped = ::waitpid(helper.pid, &status, WNOHANG)) == 0) {
       if (std::chrono::steady_clock::now() >= deadline) {
         ::kill(helper.pid, SIGKILL);
-        ::waitpid(helper.pid, nullptr, 0);
+        reaped = ::waitpid(helper.pid, &status, 0);
         break;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
+    // Only a helper that returned from its serve() removed its groups.
+    bool cleaned_up = !helper.died && reaped == helper.pid && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    if (!cleaned_up) left.push_back(helper.pid);
   }
   helpers_.clear();
+  return left;
 }
 
 std::string Zygote::worker_root(pid_t pid) const { return options_.flags.work_root + "/" + std::to_string(pid); }
@@ -305,8 +313,9 @@ bool Zygote::reap() {
   int status = 0;
   pid_t pid;
   while ((pid = ::waitpid(-1, &status, WNOHANG)) > 0) {
-    if (std::any_of(helpers_.begin(), helpers_.end(), [&](const Helper& helper) { return helper.pid == pid; })) {
-      helper_ended = true;
+    auto helper = std::find_if(helpers_.begin(), helpers_.end(), [&](const Helper& h) { return h.pid == pid; });
+    if (helper != helpers_.end()) {
+      helper->died = helper_ended = true;
       continue;
     }
     if (workers_.erase(pid) == 0) {  // an orphan we adopted, or a namespace's init

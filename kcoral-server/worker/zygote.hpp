@@ -68,6 +68,7 @@ class Zygote {
     pid_t pid = -1;
     Channel channel;
     std::size_t forks_asked = 0;
+    bool died = false;  // ended before the zygote asked it to
   };
 
   // Hands a fork request to a helper with the fewest in flight.
@@ -76,8 +77,9 @@ class Zygote {
   // or is gone.
   [[nodiscard]] Status relay(Helper& helper);
   // Closes the helpers' channels, which ends them (they kill their workers and remove
-  // their groups), and waits a while for them.
-  void end_helpers();
+  // their groups), and waits a while for them. Returns the pids of those that died or had
+  // to be killed, whose groups are left to remove.
+  std::vector<pid_t> end_helpers();
 
   [[nodiscard]] std::string worker_root(pid_t pid) const;
   void fork_worker(int signal_fd, const messages::Fork& fork);

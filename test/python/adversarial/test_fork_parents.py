@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
+import re
 import signal
 import threading
 import time
@@ -98,9 +99,17 @@ def test_a_helper_killed_brings_a_new_worker_parent_and_the_next_program_is_serv
     server = start_server("--num-workers", "2", "--fork-parents", "2")
     assert_serves(server)
     parent = worker_parent(server.pid)
-    os.kill(children(parent)[0], signal.SIGKILL)
+    helper = children(parent)[0]
+    # The worker parent's control groups, as the start line names them; each helper has its
+    # own beside them, which a killed one cannot remove: the worker parent does.
+    groups = [Path(found) for found in re.findall(rf"(/\S+/kcoral-{parent})\b", server.stderr_text())]
+    helper_groups = [group.with_name(f"kcoral-{helper}") for group in groups]
+    if "each program in a control group of its own" in server.stderr_text():
+        assert helper_groups and all(group.is_dir() for group in helper_groups), helper_groups
+    os.kill(helper, signal.SIGKILL)
     assert wait_until(lambda: parent not in [pid for pid, _ in descendants(server.pid)], 10)
     assert wait_until(lambda: "worker parent restarted" in server.stderr_text(), 30), server.stderr_text()
     assert_serves(server)
     assert "a helper of the worker parent exited" in server.stderr_text()
     assert len(children(worker_parent(server.pid))) >= 2
+    assert not [group for group in helper_groups if group.exists()]
