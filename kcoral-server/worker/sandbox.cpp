@@ -94,7 +94,7 @@ void Sandbox::take_uids(uid_t first, uid_t last) {
 }
 
 void Sandbox::make_cgroups() {
-  // Assigning over the zygote's group, in a helper, removes it: the zygote forks no worker
+  // Dropping the zygote's group, in a helper, removes it: the zygote forks no worker
   // once it has helpers, and its group is empty then (Zygote::start_helpers).
   cgroups_.reset();
   if (!config_.cgroups) {
