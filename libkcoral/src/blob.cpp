@@ -221,6 +221,7 @@ bool in_stretches(std::size_t size, Step step) {
   std::size_t stretch = (size + count - 1) / count;
   std::atomic<bool> ok{true};
   std::vector<std::jthread> helpers;
+  helpers.reserve(count - 1);  // so that only a thread's start can fail below
   for (std::size_t begin = stretch; begin < size; begin += stretch) {
     std::size_t end = std::min(size, begin + stretch);
     try {
