@@ -13,8 +13,9 @@
 // server's environment so never reaches a worker's memory. The zygote
 // runs no user code, but what it says is checked all the same: a message out of turn
 // (a fork nobody asked for, a second ready), or a forked pid that is not the zygote's
-// own child, counts as a broken zygote, which is killed and reported failed. All
-// callbacks run on the strand given at construction.
+// own child, counts as a broken zygote, which is killed and reported failed. The control
+// groups a killed worker parent or helper could not remove (ProgramCgroups::remove_left),
+// the next start removes. All callbacks run on the strand given at construction.
 #pragma once
 
 #include <sys/types.h>
@@ -109,6 +110,7 @@ class ZygoteHandle {
   void retire(Process process);
   void escalate(std::weak_ptr<Exiting> exiting, std::chrono::milliseconds after);
   static void finish(Process& process);  // waits here: SIGTERM after 1 s, SIGKILL 2 s later
+  void remove_left_groups();
 
   Strand strand_;
   ZygoteConfig config_;
@@ -121,6 +123,7 @@ class ZygoteHandle {
   bool ready_ = false;
   std::vector<pid_t> fork_parents_;  // its helpers (ZygoteReady), whose children workers may be
   std::size_t forks_asked_ = 0;  // not yet answered
+  std::vector<pid_t> left_groups_;  // retired worker parents and helpers, whose groups may be left
 };
 
 }  // namespace kcoral

@@ -87,6 +87,13 @@ void remove_group(const std::string& directory) {
   }
 }
 
+// Removes the empty child groups of `group` (a child with processes fails to go, and stays).
+void remove_empty_children(const std::string& group) {
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(group, error))
+    if (entry.is_directory(error) && !entry.is_symlink(error)) (void)::rmdir(entry.path().c_str());
+}
+
 // The server's own group, made or found. Found, it is most likely a killed server's of the
 // same process id, whose groups nobody removed: its empty program groups go, or this
 // server's first program group would collide with one of them. A group with processes in
@@ -94,14 +101,31 @@ void remove_group(const std::string& directory) {
 // the collision is then reported when a worker needs the group.
 Status make_server_group(const std::string& path) {
   if (auto made = make_directory(path); !made) return made;
-  std::error_code error;
-  for (const auto& entry : std::filesystem::directory_iterator(path, error))
-    if (entry.is_directory(error) && !entry.is_symlink(error)) (void)::rmdir(entry.path().c_str());
+  remove_empty_children(path);
   return {};
 }
 
 std::string parent_of(const std::string& directory) { return directory.substr(0, directory.rfind('/')); }
 std::string base_name(const std::string& directory) { return directory.substr(directory.rfind('/') + 1); }
+
+// v2: the group whose children the server groups are, for a process in `own`: a group
+// named kcoral-leaf holds the processes a server moved there, and its parent gives the
+// controllers.
+std::string v2_server_parent(const std::string& own) { return base_name(own) == kLeaf ? parent_of(own) : own; }
+
+// Where create() puts the server group `name` for a process in `layout`'s groups: one
+// directory per hierarchy.
+std::set<std::string> server_group_directories(const CgroupLayout& layout, const std::string& name) {
+  std::set<std::string> directories;
+  if (layout.version == CgroupVersion::v1) {
+    for (std::string_view controller : kProgramControllers)
+      if (auto own = layout.directories.find(std::string(controller)); own != layout.directories.end())
+        directories.insert(own->second + "/" + name);
+  } else if (!layout.directories.empty()) {
+    directories.insert(v2_server_parent(layout.directories.begin()->second) + "/" + name);
+  }
+  return directories;
+}
 
 // v2: moves the processes of `group` into its child kcoral-leaf, so that `group` may give
 // controllers to its children. Processes that appear meanwhile are moved on the next round.
@@ -223,15 +247,10 @@ ProgramCgroups& ProgramCgroups::operator=(ProgramCgroups&& other) noexcept {
 
 ProgramCgroups::~ProgramCgroups() { remove(); }
 
-void ProgramCgroups::remove_beside(const std::string& name) const {
-  std::set<std::string> removed;
-  for (const auto& [controller, directory] : directories_) {
-    std::string beside = parent_of(directory) + "/" + name;
-    if (!removed.insert(beside).second) continue;
-    std::error_code error;
-    for (const auto& entry : std::filesystem::directory_iterator(beside, error))
-      if (entry.is_directory(error) && !entry.is_symlink(error)) (void)::rmdir(entry.path().c_str());
-    (void)::rmdir(beside.c_str());
+void ProgramCgroups::remove_left(const CgroupLayout& layout, const std::string& name) {
+  for (const std::string& group : server_group_directories(layout, name)) {
+    remove_empty_children(group);
+    (void)::rmdir(group.c_str());
   }
 }
 
@@ -264,10 +283,7 @@ Result<ProgramCgroups> ProgramCgroups::create(const CgroupLayout& layout, const 
       groups.controllers_.push_back(controller);
     }
   } else {
-    std::string own = layout.directories.begin()->second;
-    // A group named kcoral-leaf holds the processes another server moved there: its parent
-    // is the one that gives controllers.
-    if (base_name(own) == kLeaf) own = parent_of(own);
+    std::string own = v2_server_parent(layout.directories.begin()->second);
     std::set<std::string> available = words(read_control(own + "/cgroup.controllers"));
     std::vector<std::string> wanted;
     for (std::string_view controller : kProgramControllers) {

@@ -28,11 +28,13 @@
 // zygote, which moves each forked child into its group (join); a forked child must leave
 // with _exit, never through these destructors.
 //
-//   auto groups = ProgramCgroups::create(*read_cgroup_layout(), "kcoral-" + pid, limits);
+//   auto groups = ProgramCgroups::create(*read_cgroup_layout(), server_group_name(getpid()), limits);
 //   auto group = groups->make("program-7");     // before the fork
 //   group->join(child);                          // the child and all it starts are in it
 //   (reaped) bool out_of_memory = group->oom_kills() > 0;  group.reset();
 #pragma once
+
+#include <sys/types.h>
 
 #include <cstdint>
 #include <map>
@@ -44,6 +46,9 @@
 #include "kcoral/unique_fd.hpp"
 
 namespace kcoral {
+
+// The server group's name for the worker parent or fork helper `pid`, which makes it.
+inline std::string server_group_name(pid_t pid) { return "kcoral-" + std::to_string(pid); }
 
 struct ProgramCgroupLimits {
   std::uint64_t memory_bytes = 0;  // of the whole program; 0: none
@@ -96,10 +101,12 @@ class ProgramCgroups {
                                                      ProgramCgroupLimits limits);
   // Makes one program's group `name`, its limits written.
   [[nodiscard]] Result<ProgramCgroup> make(const std::string& name) const;
-  // Removes the server group `name` beside this one, with the program groups left in it,
-  // where they are empty (no process is killed: a group of that name in use belongs to
-  // another): a fork helper's that died before it could (worker/zygote.hpp).
-  void remove_beside(const std::string& name) const;
+  // Removes the server group `name` that create() made for a process in `layout`'s groups,
+  // with the program groups left in it, where they are empty (no process is killed: a
+  // group of that name in use belongs to another): what a worker parent or fork helper
+  // that was killed left behind, removed by the process that started it
+  // (front/zygote_handle.hpp, worker/zygote.hpp).
+  static void remove_left(const CgroupLayout& layout, const std::string& name);
 
   // The controllers in use, in the order of kProgramControllers.
   [[nodiscard]] const std::vector<std::string>& controllers() const { return controllers_; }

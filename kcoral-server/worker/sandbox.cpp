@@ -102,7 +102,7 @@ void Sandbox::make_cgroups() {
     return;
   }
   auto layout = read_cgroup_layout();
-  auto groups = layout ? ProgramCgroups::create(*layout, "kcoral-" + std::to_string(::getpid()),
+  auto groups = layout ? ProgramCgroups::create(*layout, server_group_name(::getpid()),
                                                 {config_.policy.memory_bytes, config_.policy.processes})
                        : Result<ProgramCgroups>(std::unexpected(layout.error()));
   if (groups) cgroups_ = std::move(*groups);
@@ -110,7 +110,8 @@ void Sandbox::make_cgroups() {
 }
 
 void Sandbox::remove_helper_groups(pid_t pid) {
-  if (cgroups_) cgroups_->remove_beside("kcoral-" + std::to_string(pid));
+  if (!cgroups_) return;
+  if (auto layout = read_cgroup_layout()) ProgramCgroups::remove_left(*layout, server_group_name(pid));
 }
 
 Status Sandbox::become_helper(std::size_t index, std::size_t count) {

@@ -113,3 +113,26 @@ def test_a_helper_killed_brings_a_new_worker_parent_and_the_next_program_is_serv
     assert "a helper of the worker parent exited" in server.stderr_text()
     assert len(children(worker_parent(server.pid))) >= 2
     assert not [group for group in helper_groups if group.exists()]
+
+
+
+@pytest.mark.parametrize("fork_parents", [1, 2])
+def test_a_killed_worker_parent_leaves_no_control_groups(start_server, fork_parents):
+    # SIGKILL: the worker parent cannot remove its control groups; the front does, when it
+    # starts the next one (its helpers', too, where they were killed and could not).
+    server = start_server("--num-workers", "2", "--fork-parents", str(fork_parents))
+    assert_serves(server)
+    if "each program in a control group of its own" not in server.stderr_text():
+        pytest.skip("no control groups on this machine: " + server.stderr_text())
+    parent = worker_parent(server.pid)
+    helpers = children(parent) if fork_parents > 1 else []
+    # The worker parent's groups, as the start line names them; with helpers, each helper's
+    # beside them instead (the worker parent's went when it handed the forking over).
+    groups = [Path(found) for found in re.findall(rf"(/\S+/kcoral-{parent})\b", server.stderr_text())]
+    left = [group.with_name(f"kcoral-{pid}") for group in groups for pid in helpers or [parent]]
+    assert len(helpers) == (fork_parents if fork_parents > 1 else 0), helpers
+    assert left and all(group.is_dir() for group in left), left
+    os.kill(parent, signal.SIGKILL)
+    assert wait_until(lambda: "worker parent restarted" in server.stderr_text(), 30), server.stderr_text()
+    assert_serves(server)
+    assert not [group for group in left if group.exists()]
