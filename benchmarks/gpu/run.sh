@@ -39,8 +39,9 @@
 #                                    is linked into it; that server's GPU tests that need only
 #                                    torch; needs .gpu-carry/wheels (ml_dtypes)
 #   benchmarks/gpu/run.sh roundtrip  benchmarks/roundtrip.py on CPU servers of this machine (16 idle
-#                                    cores): ours with fresh workers (forked by the worker parent,
-#                                    and by 4 helpers) and with reused workers beside the
+#                                    cores): ours with fresh workers (forked side by side by the
+#                                    default 4 copies of the worker parent, by it alone, by 2 and
+#                                    by 8) and with reused workers beside the
 #                                    reference's; needs .gpu-carry/reference and .gpu-carry/wheels;
 #                                    ROUNDTRIP_ARGS adds to its flags
 #   benchmarks/gpu/run.sh large-data 64 MiB up and back on CPU servers of this machine (16 cores):
@@ -191,7 +192,8 @@ if [[ ${1:-} == roundtrip ]]; then
   reference_venv
   server=$root/build/gpu/kcoral-server/kcoral-server
   timeout 560 "$python" benchmarks/roundtrip.py --server "$server" --reference-venv "$refvenv" \
-    --workers 8 ${ROUNDTRIP_ARGS:-} --variant "four-fork-parents=$server --fork-parents 4" \
+    --workers 8 ${ROUNDTRIP_ARGS:-} --variant "one-fork-parent=$server --fork-parents 1" \
+    --variant "two-fork-parents=$server --fork-parents 2" --variant "eight-fork-parents=$server --fork-parents 8" \
     --variant "reused=$server --programs-per-worker 64" \
     --variant "numpy-only=$server --preload numpy,kcoral.builtins,kcoral._native" \
     --json "$result/roundtrip.json" 2>&1 | tee "$result/roundtrip.md"
@@ -237,7 +239,8 @@ if [[ ${1:-} == worker-cpu ]]; then
   server=$root/build/gpu/kcoral-server/kcoral-server
   timeout 560 "$python" benchmarks/worker_cpu.py --server "$server" --workers 8 --clients 8 \
     --warmup 300 --programs 2000 ${WORKER_CPU_ARGS:-} \
-    --variant "four-fork-parents=--fork-parents 4" \
+    --variant "one-fork-parent=--fork-parents 1" --variant "two-fork-parents=--fork-parents 2" \
+    --variant "eight-fork-parents=--fork-parents 8" \
     --variant "numpy-only=--preload numpy,kcoral.builtins,kcoral._native" \
     --variant "reused=--programs-per-worker 1000" 2>&1 | tee "$result/worker-cpu.md"
   exit 0
@@ -437,7 +440,8 @@ if [[ ${1:-} == tests || ${1:-} == limits ]]; then
 log "per-program limits and tenants, CPU servers of this machine's own (cgroup v2)"
 KCORAL_SERVER=$server timeout 400 "$python" -m pytest -q -rs -p no:cacheprovider \
   test/python/adversarial/test_program_limits.py test/python/adversarial/test_program_view.py \
-  test/python/adversarial/test_worker_starts.py test/python/adversarial/test_tenants.py 2>&1 |
+  test/python/adversarial/test_worker_starts.py test/python/adversarial/test_tenants.py \
+  test/python/adversarial/test_fork_parents.py 2>&1 |
   tee "$out/limits-tests.log" | tail -15
 echo "Per-program limits and tenants (CPU servers): $(tail -n 1 "$out/limits-tests.log")" >>"$summary"
 find /tmp/pytest-of-root -name server.stderr -size +0 2>/dev/null | tail -40 | tar -czf "$result/test-servers.tar.gz" -T - 2>/dev/null

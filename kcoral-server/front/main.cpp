@@ -55,12 +55,18 @@ int main(int argc, char** argv) {
                  "process (the default; more is faster but lets one program's state reach the next)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  app.add_option("--fork-parents", config.fork_parents,
-                 "Processes that fork fresh workers side by side, copies of the worker parent: the kernel forks "
-                 "one address space at a time, and a worker parent holding large libraries (torch) takes "
-                 "milliseconds a fork, so that one alone can make only a few hundred workers a second")
-      ->check(CLI::Range(1, 64))
-      ->capture_default_str();
+  app.add_option_function<std::string>(
+         "--fork-parents",
+         [&config](const std::string& value) {
+           config.fork_parents = value == "auto" ? 0 : static_cast<std::size_t>(std::stoul(value));
+         },
+         "Processes that fork fresh workers side by side, copies of the worker parent (1-64): the kernel "
+         "forks one address space at a time, and a worker parent holding large libraries (torch) takes "
+         "milliseconds a fork, so that one alone makes only a few hundred workers a second. auto (the "
+         "default): a quarter of the cores, 1 to 4, on a CPU server of fresh workers; 1 on a GPU server "
+         "(CUDA's contexts set the pace there) or with --programs-per-worker above 1")
+      ->check(CLI::IsMember({"auto"}) | CLI::Range(1, 64))
+      ->default_str("auto");
   app.add_option("--reuse-check", config.reuse_check,
                  "With --programs-per-worker above 1: 'state' retires a worker as soon as a program leaves "
                  "its state other than it was (threads, open files, environment, imported modules, GPU "

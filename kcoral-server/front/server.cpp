@@ -115,6 +115,15 @@ std::unexpected<StartFailure> refuse(int exit_code, std::string message) {
 void fill_in_defaults(ServerConfig& config) {
   unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   if (config.num_workers == 0) config.num_workers = cores;
+  // A quarter of the cores fork fresh CPU workers side by side, 1 to 4 and no more than the
+  // workers: on 16 cores, with torch and triton preloaded, 4 took a client's back-to-back
+  // programs' queue from 0.78 ms to 0.09 and 8 clients from 346 programs/s to 592 (reused
+  // workers: 655; benchmarks/README.md, "Forks side by side"). A GPU server's fresh
+  // workers wait for CUDA's contexts, not for forks, and reused ones are forked seldom.
+  if (config.fork_parents == 0)
+    config.fork_parents = config.device == "cpu" && config.programs_per_worker == 1
+                              ? std::clamp<std::size_t>(cores / 4, 1, std::min<std::size_t>(4, config.num_workers))
+                              : 1;
   // Two: a lightly loaded server answers sooner with two than with one a core, since each
   // handler the threads share may wake another sleeping thread, and with idle cores that
   // waits for a sleeping core (16 cores, one client's trivial programs on reused workers:
@@ -341,6 +350,9 @@ void announce(const ServerConfig& config, const std::string& compile_caches_line
               std::size_t capacity) {
   std::fprintf(stderr, "kcoral-server: %s\n", sandbox_summary(config).c_str());
   std::fprintf(stderr, "kcoral-server: %s\n", compile_caches_line.c_str());
+  if (config.fork_parents > 1)
+    std::fprintf(stderr, "kcoral-server: fresh workers forked by %zu copies of the worker parent side by side "
+                         "(--fork-parents)\n", config.fork_parents);
   if (config.programs_per_worker > 1 && config.reuse_check == "state")
     std::fprintf(stderr,
                  "kcoral-server: --programs-per-worker %zu: a worker runs programs of one tenant only, and is "

@@ -18,9 +18,9 @@ struct ServerConfig {
   std::vector<int> gpus{0};     // gpu mode: NVML device indexes
   std::size_t workers_per_gpu = 2;
   std::size_t programs_per_worker = 1;  // 1: every program in a fresh process
-  // Processes that fork workers side by side (worker/zygote.hpp). 1 until measured on a
-  // machine with the cores for more (benchmarks/README.md).
-  std::size_t fork_parents = 1;
+  // Processes that fork workers side by side (worker/zygote.hpp); 0 (auto): a quarter of
+  // the cores, 1 to 4, on a CPU server of fresh workers, else 1 (fill_in_defaults).
+  std::size_t fork_parents = 0;
   // With programs_per_worker > 1: "state" retires a worker whose state a program changed
   // (worker/reuse_baseline.hpp), "none" reuses it in full trust.
   std::string reuse_check = "state";
