@@ -74,10 +74,10 @@ ZygoteHandle::~ZygoteHandle() {
   remove_left_groups();
 }
 
-// A worker parent or helper killed (SIGKILL, the OOM killer) cannot remove its server
-// group and the program groups in it; the next start, a second or more after its end,
-// does (and the handle's end, for the last one), where they are empty: a group with
-// processes in it is left as it is, and nothing is killed for it.
+// A worker parent killed (SIGKILL, the OOM killer) cannot remove its server group and the
+// groups in it (its helpers' and its programs'); the next start, a second or more after
+// its end, does (and the handle's end, for the last one), where they are empty: a group
+// with processes in it is left as it is, and nothing is killed for it.
 void ZygoteHandle::remove_left_groups() {
   if (left_groups_.empty()) return;
   if (auto layout = read_cgroup_layout())
@@ -155,10 +155,7 @@ void ZygoteHandle::stop() {
 }
 
 void ZygoteHandle::retire(Process process) {
-  if (config_.worker.sandboxed) {
-    left_groups_.push_back(process.pid());
-    left_groups_.insert(left_groups_.end(), fork_parents_.begin(), fork_parents_.end());
-  }
+  if (config_.worker.sandboxed) left_groups_.push_back(process.pid());
   auto exiting = std::make_shared<Exiting>(strand_, std::move(process));
   int watched = ::fcntl(exiting->process.pidfd(), F_DUPFD_CLOEXEC, 3);
   if (watched < 0) return finish(exiting->process);  // out of descriptors: wait here instead

@@ -14,8 +14,8 @@
 // runs no user code, but what it says is checked all the same: a message out of turn
 // (a fork nobody asked for, a second ready), or a forked pid that is not the zygote's
 // own child, counts as a broken zygote, which is killed and reported failed. The control
-// groups a killed worker parent or helper could not remove (ProgramCgroups::remove_left),
-// the next start removes. All callbacks run on the strand given at construction.
+// groups a killed worker parent could not remove (ProgramCgroups::remove_left), the next
+// start removes. All callbacks run on the strand given at construction.
 #pragma once
 
 #include <sys/types.h>
@@ -123,7 +123,7 @@ class ZygoteHandle {
   bool ready_ = false;
   std::vector<pid_t> fork_parents_;  // its helpers (ZygoteReady), whose children workers may be
   std::size_t forks_asked_ = 0;  // not yet answered
-  std::vector<pid_t> left_groups_;  // retired worker parents and helpers, whose groups may be left
+  std::vector<pid_t> left_groups_;  // retired worker parents, whose groups may be left
 };
 
 }  // namespace kcoral

@@ -87,11 +87,21 @@ void remove_group(const std::string& directory) {
   }
 }
 
-// Removes the empty child groups of `group` (a child with processes fails to go, and stays).
-void remove_empty_children(const std::string& group) {
+// Removes the groups below `group` that are empty, deepest first (a fork helper's group
+// holds its programs' groups): one with processes in it fails to go, and stays.
+void remove_empty_below(const std::string& group) {
   std::error_code error;
   for (const auto& entry : std::filesystem::directory_iterator(group, error))
-    if (entry.is_directory(error) && !entry.is_symlink(error)) (void)::rmdir(entry.path().c_str());
+    if (entry.is_directory(error) && !entry.is_symlink(error)) {
+      remove_empty_below(entry.path());
+      (void)::rmdir(entry.path().c_str());
+    }
+}
+
+// Removes `group` and the groups below it, where they are empty.
+void remove_empty_tree(const std::string& group) {
+  remove_empty_below(group);
+  (void)::rmdir(group.c_str());
 }
 
 // The server's own group, made or found. Found, it is most likely a killed server's of the
@@ -101,7 +111,7 @@ void remove_empty_children(const std::string& group) {
 // the collision is then reported when a worker needs the group.
 Status make_server_group(const std::string& path) {
   if (auto made = make_directory(path); !made) return made;
-  remove_empty_children(path);
+  remove_empty_below(path);
   return {};
 }
 
@@ -248,10 +258,24 @@ ProgramCgroups& ProgramCgroups::operator=(ProgramCgroups&& other) noexcept {
 ProgramCgroups::~ProgramCgroups() { remove(); }
 
 void ProgramCgroups::remove_left(const CgroupLayout& layout, const std::string& name) {
-  for (const std::string& group : server_group_directories(layout, name)) {
-    remove_empty_children(group);
-    (void)::rmdir(group.c_str());
-  }
+  for (const std::string& group : server_group_directories(layout, name)) remove_empty_tree(group);
+}
+
+Result<ProgramCgroups> ProgramCgroups::make_inner(const std::string& name) const {
+  CgroupLayout layout{version_, {}};
+  for (const std::string& controller : controllers_) layout.directories.emplace(controller, directories_.at(controller));
+  return create(layout, name, limits_);
+}
+
+void ProgramCgroups::remove_inner(const std::string& name) const {
+  std::set<std::string> groups;
+  for (const auto& [controller, directory] : directories_) groups.insert(directory + "/" + name);
+  for (const std::string& group : groups) remove_empty_tree(group);
+}
+
+void ProgramCgroups::disown() {
+  directories_.clear();
+  controllers_.clear();
 }
 
 void ProgramCgroups::remove() {

@@ -15,7 +15,8 @@
 //     of a hundred setsid children gets the share of a program of one thread.
 //
 // The server's group is `<own group>/<name>` (kcoral-<zygote pid>), each program's a
-// child of it. On cgroup v2 a group that holds processes cannot give controllers to
+// child of it; with fork helpers, each helper's (kcoral-<helper pid>) is a child of it,
+// and the programs' groups are children of their helper's. On cgroup v2 a group that holds processes cannot give controllers to
 // groups below it (the "no internal processes" rule), so when the server's own group
 // holds processes and does not give them yet, those processes (the server among them) are
 // moved into a child of it, `kcoral-leaf`, first; a server started later from there uses
@@ -107,6 +108,15 @@ class ProgramCgroups {
   // that was killed left behind, removed by the process that started it
   // (front/zygote_handle.hpp, worker/zygote.hpp).
   static void remove_left(const CgroupLayout& layout, const std::string& name);
+  // Makes the server group `name` inside this one, with its controllers and limits: a fork
+  // helper's, whose programs' groups go below it (worker/zygote.hpp).
+  [[nodiscard]] Result<ProgramCgroups> make_inner(const std::string& name) const;
+  // Removes the inner group `name` with the groups below it, where they are empty: a fork
+  // helper's that was killed.
+  void remove_inner(const std::string& name) const;
+  // Forgets this group without removing it: a fork helper's copy of the worker parent's,
+  // which the worker parent removes.
+  void disown();
 
   // The controllers in use, in the order of kProgramControllers.
   [[nodiscard]] const std::vector<std::string>& controllers() const { return controllers_; }

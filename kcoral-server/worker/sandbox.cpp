@@ -94,9 +94,6 @@ void Sandbox::take_uids(uid_t first, uid_t last) {
 }
 
 void Sandbox::make_cgroups() {
-  // Dropping the zygote's group, in a helper, removes it: the zygote forks no worker
-  // once it has helpers, and its group is empty then (Zygote::start_helpers).
-  cgroups_.reset();
   if (!config_.cgroups) {
     no_cgroups_ = "not asked for";
     return;
@@ -110,8 +107,7 @@ void Sandbox::make_cgroups() {
 }
 
 void Sandbox::remove_helper_groups(pid_t pid) {
-  if (!cgroups_) return;
-  if (auto layout = read_cgroup_layout()) ProgramCgroups::remove_left(*layout, server_group_name(pid));
+  if (cgroups_) cgroups_->remove_inner(server_group_name(pid));
 }
 
 Status Sandbox::become_helper(std::size_t index, std::size_t count) {
@@ -124,7 +120,14 @@ Status Sandbox::become_helper(std::size_t index, std::size_t count) {
     auto first = static_cast<uid_t>(config_.policy.first_uid + index * share);
     take_uids(first, index + 1 == count ? config_.policy.last_uid : static_cast<uid_t>(first + share - 1));
   }
-  make_cgroups();
+  if (cgroups_) {
+    // Its group inside the zygote's, which stays the server's one group (the start line
+    // names it) and is the zygote's to remove.
+    auto inner = cgroups_->make_inner(server_group_name(::getpid()));
+    if (!inner) return fail(ErrorKind::engine, "a fork helper's control group: " + inner.error().message);
+    cgroups_->disown();
+    cgroups_ = std::move(*inner);
+  }
   return {};
 }
 

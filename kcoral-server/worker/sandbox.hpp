@@ -80,7 +80,8 @@ class Sandbox {
   // In a fork helper (Zygote::start_helpers), a copy of the zygote that forks workers
   // beside it, before its first fork: its workers take their user ids from its own slice
   // (`index` of `count`) of the range, so that no two live workers share one, and their
-  // control groups go under a server group of its own, which it removes at its end.
+  // control groups go under a group of its own inside the zygote's, which it removes at
+  // its end.
   [[nodiscard]] Status become_helper(std::size_t index, std::size_t count);
   // In the zygote, once the helper `pid` has ended and its processes with it: removes its
   // control groups, which a helper that was killed left behind.

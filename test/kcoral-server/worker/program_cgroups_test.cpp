@@ -63,3 +63,61 @@ TEST_CASE("a killed server's empty program groups of its name give way; one with
     (void)::rmdir(server.c_str());
   }
 }
+
+TEST_CASE("a fork helper's group is made inside the server's; what a killed one left goes where empty") {
+  auto layout = kcoral::read_cgroup_layout();
+  if (!layout) {
+    MESSAGE("no control groups here: " << layout.error().message);
+    return;
+  }
+  const std::string name = "kcoral-test-" + std::to_string(::getpid());
+  auto server = kcoral::ProgramCgroups::create(*layout, name, {0, 32});
+  if (!server) {
+    MESSAGE("no control groups to make here: " << server.error().message);
+    return;
+  }
+  std::vector<std::string> helpers;  // the helper's group, in each hierarchy
+  {
+    auto helper = server->make_inner("kcoral-helper");
+    REQUIRE_MESSAGE(helper.has_value(), helper.error().message);
+    CHECK(helper->controllers() == server->controllers());
+    for (const std::string& controller : server->controllers()) {
+      CHECK(helper->directory(controller) == server->directory(controller) + "/kcoral-helper");
+      helpers.push_back(helper->directory(controller));
+    }
+    auto program = helper->make("program-1");
+    REQUIRE_MESSAGE(program.has_value(), program.error().message);
+    std::string pids = server->directory("pids");
+    if (!pids.empty()) {
+      std::ifstream limit(pids + "/kcoral-helper/program-1/pids.max");
+      std::string value;
+      limit >> value;
+      CHECK(value == "32");
+    }
+    helper->disown();  // a helper killed: its groups stay (its program's goes with `program`)
+  }
+  // What it left: an empty program group and one holding a process.
+  pid_t holder = ::fork();
+  if (holder == 0) {
+    ::pause();
+    ::_exit(0);
+  }
+  for (const std::string& helper : helpers) {
+    CHECK(std::filesystem::is_directory(helper));
+    (void)::mkdir((helper + "/program-7").c_str(), 0755);
+    (void)::mkdir((helper + "/program-8").c_str(), 0755);
+    std::ofstream(helper + "/program-8/cgroup.procs") << holder;
+  }
+  server->remove_inner("kcoral-helper");
+  for (const std::string& helper : helpers) {
+    CHECK_FALSE(std::filesystem::exists(helper + "/program-7"));
+    CHECK(std::filesystem::exists(helper + "/program-8"));  // nothing is killed for it
+  }
+  ::kill(holder, SIGKILL);
+  ::waitpid(holder, nullptr, 0);
+  // A killed server: its whole tree goes, from the layout alone.
+  server->disown();
+  kcoral::ProgramCgroups::remove_left(*layout, name);
+  for (const std::string& helper : helpers)
+    CHECK_FALSE(std::filesystem::exists(std::filesystem::path(helper).parent_path()));
+}

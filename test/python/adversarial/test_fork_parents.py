@@ -101,9 +101,9 @@ def test_a_helper_killed_brings_a_new_worker_parent_and_the_next_program_is_serv
     parent = worker_parent(server.pid)
     helper = children(parent)[0]
     # The worker parent's control groups, as the start line names them; each helper has its
-    # own beside them, which a killed one cannot remove: the worker parent does.
+    # own inside them, which a killed one cannot remove: the worker parent does.
     groups = [Path(found) for found in re.findall(rf"(/\S+/kcoral-{parent})\b", server.stderr_text())]
-    helper_groups = [group.with_name(f"kcoral-{helper}") for group in groups]
+    helper_groups = [group / f"kcoral-{helper}" for group in groups]
     if "each program in a control group of its own" in server.stderr_text():
         assert helper_groups and all(group.is_dir() for group in helper_groups), helper_groups
     os.kill(helper, signal.SIGKILL)
@@ -126,12 +126,11 @@ def test_a_killed_worker_parent_leaves_no_control_groups(start_server, fork_pare
         pytest.skip("no control groups on this machine: " + server.stderr_text())
     parent = worker_parent(server.pid)
     helpers = children(parent) if fork_parents > 1 else []
-    # The worker parent's groups, as the start line names them; with helpers, each helper's
-    # beside them instead (the worker parent's went when it handed the forking over).
+    # The worker parent's groups, as the start line names them, and each helper's inside them.
     groups = [Path(found) for found in re.findall(rf"(/\S+/kcoral-{parent})\b", server.stderr_text())]
-    left = [group.with_name(f"kcoral-{pid}") for group in groups for pid in helpers or [parent]]
+    left = groups + [group / f"kcoral-{helper}" for group in groups for helper in helpers]
     assert len(helpers) == (fork_parents if fork_parents > 1 else 0), helpers
-    assert left and all(group.is_dir() for group in left), left
+    assert groups and all(group.is_dir() for group in left), left
     os.kill(parent, signal.SIGKILL)
     assert wait_until(lambda: "worker parent restarted" in server.stderr_text(), 30), server.stderr_text()
     assert_serves(server)

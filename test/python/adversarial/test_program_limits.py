@@ -299,7 +299,8 @@ def remove_groups(directories) -> None:
     """Removes what a stopped server left of its control groups (rmdir, of empty ones)."""
     for directory in directories:
         with contextlib.suppress(OSError):
-            for child in [path for path in directory.iterdir() if path.is_dir()]:
+            below = [path for path in directory.rglob("*") if path.is_dir()]
+            for child in sorted(below, key=lambda path: len(path.parts), reverse=True):  # deepest first
                 child.rmdir()
             directory.rmdir()
 
@@ -523,7 +524,8 @@ def test_the_start_line_names_the_control_groups_and_the_program_groups_hold_the
     assert f"Descriptors: {OPEN_FILES} per process, {OPEN_FILES * PROCESSES} per program at most" in line
     assert f"from {FIRST_UID}-{LAST_UID}" in line
     with victim_beside(limited):
-        groups = {name: [path for path in directory.iterdir() if path.is_dir()]
+        # The programs' groups: children of the server's, or of its fork helpers' in it.
+        groups = {name: [*directory.glob("program-*"), *directory.glob("kcoral-*/program-*")]
                   for name, directory in directories.items()}
         memory = {path: (path / "memory.limit_in_bytes").read_text().strip() for path in groups["memory"]}
         swap = {path: (path / "memory.memsw.limit_in_bytes").read_text().strip() for path in groups["memory"]
