@@ -263,7 +263,8 @@ void ProgramCgroups::remove_left(const CgroupLayout& layout, const std::string& 
 
 Result<ProgramCgroups> ProgramCgroups::make_inner(const std::string& name) const {
   CgroupLayout layout{version_, {}};
-  for (const std::string& controller : controllers_) layout.directories.emplace(controller, directories_.at(controller));
+  for (const std::string& controller : controllers_)
+    layout.directories.emplace(controller, directories_.at(controller));
   return create(layout, name, limits_);
 }
 

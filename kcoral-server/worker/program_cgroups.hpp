@@ -16,12 +16,13 @@
 //
 // The server's group is `<own group>/<name>` (kcoral-<zygote pid>), each program's a
 // child of it; with fork helpers, each helper's (kcoral-<helper pid>) is a child of it,
-// and the programs' groups are children of their helper's. On cgroup v2 a group that holds processes cannot give controllers to
-// groups below it (the "no internal processes" rule), so when the server's own group
-// holds processes and does not give them yet, those processes (the server among them) are
-// moved into a child of it, `kcoral-leaf`, first; a server started later from there uses
-// the same parent. What cannot be had (no such controller, no permission) is left out and
-// said in description(); create() fails only when no controller can be used at all.
+// and the programs' groups are children of their helper's. On cgroup v2 a group that
+// holds processes cannot give controllers to groups below it (the "no internal
+// processes" rule), so when the server's own group holds processes and does not give
+// them yet, those processes (the server among them) are moved into a child of it,
+// `kcoral-leaf`, first; a server started later from there uses the same parent. What
+// cannot be had (no such controller, no permission) is left out and said in
+// description(); create() fails only when no controller can be used at all.
 //
 // Ownership: ProgramCgroups owns the server's group and removes it when destroyed (after
 // its programs' groups); each ProgramCgroup owns one program's directories and removes
