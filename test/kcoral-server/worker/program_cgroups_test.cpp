@@ -15,12 +15,19 @@
 #include "cgroup_layout.hpp"
 #include "program_cgroups.hpp"
 
-TEST_CASE("a killed server's empty program groups of its name give way; one with a process stays") {
+// This process's control groups; none (said) where the machine has none.
+std::optional<kcoral::CgroupLayout> layout_here() {
   auto layout = kcoral::read_cgroup_layout();
   if (!layout) {
     MESSAGE("no control groups here: " << layout.error().message);
-    return;
+    return std::nullopt;
   }
+  return *layout;
+}
+
+TEST_CASE("a killed server's empty program groups of its name give way; one with a process stays") {
+  auto layout = layout_here();
+  if (!layout) return;
   const std::string name = "kcoral-test-" + std::to_string(::getpid());
   // Where a server of this name puts its groups, in each hierarchy.
   std::vector<std::string> servers;
@@ -65,11 +72,8 @@ TEST_CASE("a killed server's empty program groups of its name give way; one with
 }
 
 TEST_CASE("a fork helper's group is made inside the server's; what a killed one left goes where empty") {
-  auto layout = kcoral::read_cgroup_layout();
-  if (!layout) {
-    MESSAGE("no control groups here: " << layout.error().message);
-    return;
-  }
+  auto layout = layout_here();
+  if (!layout) return;
   const std::string name = "kcoral-test-" + std::to_string(::getpid());
   auto server = kcoral::ProgramCgroups::create(*layout, name, {0, 32});
   if (!server) {
