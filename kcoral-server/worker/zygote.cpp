@@ -186,11 +186,14 @@ Status Zygote::start_helpers(int signal_fd) {
 }
 
 Status Zygote::dispatch(const messages::Fork& fork) {
-  // Of those with the fewest in flight, the next in turn: reaping, too, is shared out.
+  // Of those with the least load, the next in turn. Live workers count, not only the forks
+  // asked: a helper whose workers live long (a long program) would otherwise get its turn
+  // as often as the others and could run out of its slice of the user ids while theirs
+  // stand unused; and reaping, too, is shared out.
   Helper* helper = nullptr;
   for (std::size_t step = 0; step < helpers_.size(); ++step) {
     Helper& candidate = helpers_[(next_helper_ + step) % helpers_.size()];
-    if (!helper || candidate.forks_asked < helper->forks_asked) helper = &candidate;
+    if (!helper || candidate.load() < helper->load()) helper = &candidate;
   }
   next_helper_ = (static_cast<std::size_t>(helper - helpers_.data()) + 1) % helpers_.size();
   if (!messages::send(helper->channel, fork)) return fail(ErrorKind::engine, "a helper of the worker parent is gone");
@@ -210,10 +213,13 @@ Status Zygote::relay(Helper& helper) {
       std::holds_alternative<messages::ForkFailed>(said.message)) {
     if (helper.forks_asked == 0) return fail(ErrorKind::engine, "a helper of the worker parent forked unasked");
     --helper.forks_asked;
+    if (auto* forked = std::get_if<messages::Forked>(&said.message))
+      helper.workers.insert(static_cast<pid_t>(forked->pid));
     std::vector<int> fds;
     for (const UniqueFd& fd : said.fds) fds.push_back(fd.get());
     (void)messages::send(control_, said.message, fds);
-  } else if (std::holds_alternative<messages::Exited>(said.message)) {
+  } else if (auto* exited = std::get_if<messages::Exited>(&said.message)) {
+    helper.workers.erase(static_cast<pid_t>(exited->pid));
     (void)messages::send(control_, said.message);
   } else if (auto* failed = std::get_if<messages::ZygoteFailed>(&said.message)) {
     return fail(ErrorKind::engine, "a helper of the worker parent: " + failed->message);

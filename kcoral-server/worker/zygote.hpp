@@ -62,16 +62,19 @@ class Zygote {
   [[nodiscard]] Status start_helpers(int signal_fd);
 
  private:
-  // A helper, seen from the zygote: its control channel and the fork requests it has not
-  // answered yet.
+  // A helper, seen from the zygote: its control channel, the fork requests it has not
+  // answered yet and the workers it forked that have not exited.
   struct Helper {
     pid_t pid = -1;
     Channel channel;
     std::size_t forks_asked = 0;
+    std::set<pid_t> workers{};
     bool died = false;  // ended before the zygote asked it to
+    [[nodiscard]] std::size_t load() const { return forks_asked + workers.size(); }
   };
 
-  // Hands a fork request to a helper with the fewest in flight.
+  // Hands a fork request to a helper with the least load: forks in flight and live
+  // workers, each of which holds one of the helper's slice of user ids.
   [[nodiscard]] Status dispatch(const messages::Fork& fork);
   // Passes what `helper` said on to the front; an error when the helper broke its protocol
   // or is gone.

@@ -516,6 +516,35 @@ TEST_CASE("with fork parents, the zygote's helpers fork the workers in turn, the
   for (pid_t helper : helpers) CHECK(::kill(helper, 0) != 0);
 }
 
+TEST_CASE("with fork parents, a fork goes to the helper with the fewest live workers, not the next in turn") {
+  kcoral::test::TempDir work_root;
+  ZygoteProcess zygote(work_root, no_sandbox(), /*trial=*/true, {}, /*fork_parents=*/2);
+  REQUIRE(zygote.front.expect<messages::ZygoteReady>());
+  CAPTURE(zygote.front.heard);
+  // One helper each (the second fork asked once the first was answered); the second ends.
+  auto staying = fork_worker(zygote.front);
+  REQUIRE(staying.has_value());
+  auto ending = fork_worker(zygote.front);
+  REQUIRE(ending.has_value());
+  pid_t busy = kcoral::parent_of(staying->pid);
+  pid_t idle = kcoral::parent_of(ending->pid);
+  REQUIRE(busy != idle);
+  REQUIRE(ending->front.expect<messages::Ready>());
+  REQUIRE(ending->front.send_job(calling("def main():\n    return 7\n")));
+  REQUIRE(ending->front.result().has_value());
+  auto exited = zygote.front.expect<messages::Exited>();
+  REQUIRE(exited.has_value());
+  REQUIRE(exited->pid == ending->pid);
+  // In turn it would be the busy one's; it goes to the one with no live worker, and so on
+  // while the two are uneven.
+  auto next = fork_worker(zygote.front);
+  REQUIRE(next.has_value());
+  CHECK(kcoral::parent_of(next->pid) == idle);
+  auto after = fork_worker(zygote.front);
+  REQUIRE(after.has_value());
+  CHECK(kcoral::parent_of(after->pid) != kcoral::parent_of(next->pid));
+}
+
 TEST_CASE("a helper that dies fails the zygote, which says so and ends the other helpers and the workers") {
   kcoral::test::TempDir work_root;
   ZygoteProcess zygote(work_root, no_sandbox(), /*trial=*/false, {}, /*fork_parents=*/3);
