@@ -73,20 +73,6 @@ Status make_directory(const std::string& path) {
   return fail(ErrorKind::engine, "creating " + path + ": " + errno_text(errno));
 }
 
-// Removes a group's directory; processes still in it are killed first (a group with
-// processes cannot be removed), for at most about a second.
-void remove_group(const std::string& directory) {
-  for (int attempt = 0; attempt < 1000; ++attempt) {
-    if (::rmdir(directory.c_str()) == 0 || errno == ENOENT) return;
-    if (errno != EBUSY) return;
-    if (attempt == 0 && write_control(directory + "/cgroup.kill", "1")) continue;  // v2, 5.14 and later
-    std::istringstream pids(read_control(directory + "/cgroup.procs"));
-    for (long pid; pids >> pid;)
-      if (pid > 0) ::kill(static_cast<pid_t>(pid), SIGKILL);
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-}
-
 // Removes the groups below `group` that are empty, deepest first (a fork helper's group
 // holds its programs' groups): one with processes in it fails to go, and stays.
 void remove_empty_below(const std::string& group) {
@@ -96,6 +82,23 @@ void remove_empty_below(const std::string& group) {
       remove_empty_below(entry.path());
       (void)::rmdir(entry.path().c_str());
     }
+}
+
+// Removes a group's directory; processes still in it are killed first (a group with
+// processes cannot be removed), for at most about a second. Empty groups below it go too:
+// a server's group holds what a fork helper that was killed left.
+void remove_group(const std::string& directory) {
+  for (int attempt = 0; attempt < 1000; ++attempt) {
+    if (::rmdir(directory.c_str()) == 0 || errno == ENOENT) return;
+    if (errno != EBUSY) return;
+    remove_empty_below(directory);
+    if (::rmdir(directory.c_str()) == 0) return;
+    if (attempt == 0 && write_control(directory + "/cgroup.kill", "1")) continue;  // v2, 5.14 and later
+    std::istringstream pids(read_control(directory + "/cgroup.procs"));
+    for (long pid; pids >> pid;)
+      if (pid > 0) ::kill(static_cast<pid_t>(pid), SIGKILL);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
 }
 
 // Removes `group` and the groups below it, where they are empty.
@@ -266,12 +269,6 @@ Result<ProgramCgroups> ProgramCgroups::make_inner(const std::string& name) const
   for (const std::string& controller : controllers_)
     layout.directories.emplace(controller, directories_.at(controller));
   return create(layout, name, limits_);
-}
-
-void ProgramCgroups::remove_inner(const std::string& name) const {
-  std::set<std::string> groups;
-  for (const auto& [controller, directory] : directories_) groups.insert(directory + "/" + name);
-  for (const std::string& group : groups) remove_empty_tree(group);
 }
 
 void ProgramCgroups::disown() {

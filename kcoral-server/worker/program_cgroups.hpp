@@ -112,11 +112,8 @@ class ProgramCgroups {
   // Makes the server group `name` inside this one, with its controllers and limits: a fork
   // helper's, whose programs' groups go below it (worker/zygote.hpp).
   [[nodiscard]] Result<ProgramCgroups> make_inner(const std::string& name) const;
-  // Removes the inner group `name` with the groups below it, where they are empty: a fork
-  // helper's that was killed.
-  void remove_inner(const std::string& name) const;
   // Forgets this group without removing it: a fork helper's copy of the worker parent's,
-  // which the worker parent removes.
+  // which the worker parent removes (with what a helper that was killed left in it).
   void disown();
 
   // The controllers in use, in the order of kProgramControllers.

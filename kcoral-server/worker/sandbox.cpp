@@ -106,10 +106,6 @@ void Sandbox::make_cgroups() {
   else no_cgroups_ = groups.error().message;
 }
 
-void Sandbox::remove_helper_groups(pid_t pid) {
-  if (cgroups_) cgroups_->remove_inner(server_group_name(pid));
-}
-
 Status Sandbox::become_helper(std::size_t index, std::size_t count) {
   if (!config_.enabled) return {};
   if (uids_) {

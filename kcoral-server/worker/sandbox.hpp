@@ -83,9 +83,6 @@ class Sandbox {
   // control groups go under a group of its own inside the zygote's, which it removes at
   // its end.
   [[nodiscard]] Status become_helper(std::size_t index, std::size_t count);
-  // In the zygote, once the helper `pid` has ended and its processes with it: removes its
-  // control groups, which a helper that was killed left behind.
-  void remove_helper_groups(pid_t pid);
 
   // What bounds each program here, for the server's start: its control group (or why
   // there is none, and what holds instead) and the user it runs as outside.

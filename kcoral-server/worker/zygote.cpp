@@ -125,11 +125,10 @@ int Zygote::serve(int signal_fd, std::map<std::string, std::string> versions) {
     }
   }
   if (failure) (void)messages::send(control_, messages::ZygoteFailed{*failure});
-  std::vector<pid_t> helpers = end_helpers();  // those whose groups are left
+  end_helpers();
   for (pid_t pid : workers_) ::kill(pid, SIGKILL);
   kill_descendants();
-  for (pid_t helper : helpers) sandbox_.remove_helper_groups(helper);
-  sandbox_.end();
+  sandbox_.end();  // its control groups removed, with what a helper killed left in them
   for (pid_t pid : workers_) remove_tree(worker_root(pid));
   return failure ? 1 : 0;
 }
@@ -230,27 +229,20 @@ Status Zygote::relay(Helper& helper) {
   return {};
 }
 
-std::vector<pid_t> Zygote::end_helpers() {
-  std::vector<pid_t> left;
+void Zygote::end_helpers() {
   for (Helper& helper : helpers_) helper.channel = Channel();  // its serve() ends at that
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   for (const Helper& helper : helpers_) {
-    int status = 0;
-    pid_t reaped = 0;
-    while (!helper.died && (reaped = ::waitpid(helper.pid, &status, WNOHANG)) == 0) {
+    while (!helper.died && ::waitpid(helper.pid, nullptr, WNOHANG) == 0) {
       if (std::chrono::steady_clock::now() >= deadline) {
         ::kill(helper.pid, SIGKILL);
-        reaped = ::waitpid(helper.pid, &status, 0);
+        ::waitpid(helper.pid, nullptr, 0);
         break;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
-    // Only a helper that returned from its serve() removed its groups.
-    bool cleaned_up = !helper.died && reaped == helper.pid && WIFEXITED(status) && WEXITSTATUS(status) == 0;
-    if (!cleaned_up) left.push_back(helper.pid);
   }
   helpers_.clear();
-  return left;
 }
 
 std::string Zygote::worker_root(pid_t pid) const { return options_.flags.work_root + "/" + std::to_string(pid); }

@@ -80,9 +80,8 @@ class Zygote {
   // or is gone.
   [[nodiscard]] Status relay(Helper& helper);
   // Closes the helpers' channels, which ends them (they kill their workers and remove
-  // their groups), and waits a while for them. Returns the pids of those that died or had
-  // to be killed, whose groups are left to remove.
-  std::vector<pid_t> end_helpers();
+  // their groups), and waits a while for them; one that does not end is killed.
+  void end_helpers();
 
   [[nodiscard]] std::string worker_root(pid_t pid) const;
   void fork_worker(int signal_fd, const messages::Fork& fork);

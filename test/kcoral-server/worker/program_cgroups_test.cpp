@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -71,57 +72,54 @@ TEST_CASE("a killed server's empty program groups of its name give way; one with
   }
 }
 
-TEST_CASE("a fork helper's group is made inside the server's; what a killed one left goes where empty") {
+TEST_CASE("a fork helper's group is made inside the server's; what a killed one left goes with the server's") {
   auto layout = layout_here();
   if (!layout) return;
   const std::string name = "kcoral-test-" + std::to_string(::getpid());
-  auto server = kcoral::ProgramCgroups::create(*layout, name, {0, 32});
-  if (!server) {
-    MESSAGE("no control groups to make here: " << server.error().message);
-    return;
-  }
   std::vector<std::string> helpers;  // the helper's group, in each hierarchy
-  {
+  // Makes the server's group and a helper's inside it with a program's group in it, and
+  // forgets the helper's, as a helper killed does; the server's, when `killed`.
+  // False where no groups can be made here.
+  auto leave = [&](bool killed) {
+    auto server = kcoral::ProgramCgroups::create(*layout, name, {0, 32});
+    if (!server) {
+      MESSAGE("no control groups to make here: " << server.error().message);
+      return false;
+    }
     auto helper = server->make_inner("kcoral-helper");
     REQUIRE_MESSAGE(helper.has_value(), helper.error().message);
     CHECK(helper->controllers() == server->controllers());
+    helpers.clear();
     for (const std::string& controller : server->controllers()) {
       CHECK(helper->directory(controller) == server->directory(controller) + "/kcoral-helper");
       helpers.push_back(helper->directory(controller));
     }
-    auto program = helper->make("program-1");
-    REQUIRE_MESSAGE(program.has_value(), program.error().message);
-    std::string pids = server->directory("pids");
-    if (!pids.empty()) {
-      std::ifstream limit(pids + "/kcoral-helper/program-1/pids.max");
-      std::string value;
-      limit >> value;
-      CHECK(value == "32");
+    {
+      auto program = helper->make("program-1");
+      REQUIRE_MESSAGE(program.has_value(), program.error().message);
+      std::string pids = server->directory("pids");
+      if (!pids.empty()) {
+        std::ifstream limit(pids + "/kcoral-helper/program-1/pids.max");
+        std::string value;
+        limit >> value;
+        CHECK(value == "32");
+      }
     }
-    helper->disown();  // a helper killed: its groups stay (its program's goes with `program`)
-  }
-  // What it left: an empty program group and one holding a process.
-  pid_t holder = ::fork();
-  if (holder == 0) {
-    ::pause();
-    ::_exit(0);
-  }
-  for (const std::string& helper : helpers) {
-    CHECK(std::filesystem::is_directory(helper));
-    (void)::mkdir((helper + "/program-7").c_str(), 0755);
-    (void)::mkdir((helper + "/program-8").c_str(), 0755);
-    std::ofstream(helper + "/program-8/cgroup.procs") << holder;
-  }
-  server->remove_inner("kcoral-helper");
-  for (const std::string& helper : helpers) {
-    CHECK_FALSE(std::filesystem::exists(helper + "/program-7"));
-    CHECK(std::filesystem::exists(helper + "/program-8"));  // nothing is killed for it
-  }
-  ::kill(holder, SIGKILL);
-  ::waitpid(holder, nullptr, 0);
-  // A killed server: its whole tree goes, from the layout alone.
-  server->disown();
+    for (const std::string& group : helpers) (void)::mkdir((group + "/program-7").c_str(), 0755);
+    helper->disown();
+    if (killed) server->disown();
+    return true;
+  };
+  auto server_groups_exist = [&] {
+    return std::ranges::any_of(helpers, [](const std::string& group) {
+      return std::filesystem::exists(std::filesystem::path(group).parent_path());
+    });
+  };
+  if (!leave(/*killed=*/false)) return;  // the server's group removed at its end, with what the helper left
+  CHECK_FALSE(helpers.empty());
+  CHECK_FALSE(server_groups_exist());
+  REQUIRE(leave(/*killed=*/true));  // a killed server: its whole tree goes, from the layout alone
+  CHECK(server_groups_exist());
   kcoral::ProgramCgroups::remove_left(*layout, name);
-  for (const std::string& helper : helpers)
-    CHECK_FALSE(std::filesystem::exists(std::filesystem::path(helper).parent_path()));
+  CHECK_FALSE(server_groups_exist());
 }
