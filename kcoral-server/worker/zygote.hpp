@@ -13,8 +13,9 @@
 // zygote forks that many helpers, copies of itself sharing its memory, each of which
 // forks, admits and reaps workers as the zygote would (their own user ids and control
 // groups: Sandbox::become_helper). The zygote then forks no worker itself: it hands each
-// fork request to the helper with the fewest in flight and passes their answers on to
-// the front as they are. A helper that dies fails the zygote (the front starts a new one).
+// fork request to the helper with the fewest forks in flight and live workers, and passes
+// their answers on to the front as they are. A helper that dies fails the zygote (the
+// front starts a new one).
 //
 //   Zygote zygote(options, executor, sandbox, std::move(control));
 //   zygote.start_helpers(signal_fd);            // options.flags.fork_parents of them (none for 1)
