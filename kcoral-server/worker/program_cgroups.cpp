@@ -101,12 +101,6 @@ void remove_group(const std::string& directory) {
   }
 }
 
-// Removes `group` and the groups below it, where they are empty.
-void remove_empty_tree(const std::string& group) {
-  remove_empty_below(group);
-  (void)::rmdir(group.c_str());
-}
-
 // The server's own group, made or found. Found, it is most likely a killed server's of the
 // same process id, whose groups nobody removed: its empty program groups go, or this
 // server's first program group would collide with one of them. A group with processes in
@@ -261,7 +255,10 @@ ProgramCgroups& ProgramCgroups::operator=(ProgramCgroups&& other) noexcept {
 ProgramCgroups::~ProgramCgroups() { remove(); }
 
 void ProgramCgroups::remove_left(const CgroupLayout& layout, const std::string& name) {
-  for (const std::string& group : server_group_directories(layout, name)) remove_empty_tree(group);
+  for (const std::string& group : server_group_directories(layout, name)) {
+    remove_empty_below(group);
+    (void)::rmdir(group.c_str());
+  }
 }
 
 Result<ProgramCgroups> ProgramCgroups::make_inner(const std::string& name) const {

@@ -104,10 +104,9 @@ class ProgramCgroups {
   // Makes one program's group `name`, its limits written.
   [[nodiscard]] Result<ProgramCgroup> make(const std::string& name) const;
   // Removes the server group `name` that create() made for a process in `layout`'s groups,
-  // with the program groups left in it, where they are empty (no process is killed: a
-  // group of that name in use belongs to another): what a worker parent or fork helper
-  // that was killed left behind, removed by the process that started it
-  // (front/zygote_handle.hpp, worker/zygote.hpp).
+  // with the groups left in it (its helpers' and programs'), where they are empty (no
+  // process is killed: a group of that name in use belongs to another): what a worker
+  // parent that was killed left behind, removed by the front (front/zygote_handle.hpp).
   static void remove_left(const CgroupLayout& layout, const std::string& name);
   // Makes the server group `name` inside this one, with its controllers and limits: a fork
   // helper's, whose programs' groups go below it (worker/zygote.hpp).
