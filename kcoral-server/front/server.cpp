@@ -275,6 +275,40 @@ Step<std::unique_ptr<DiskBlobCache>> open_disk_cache(const ServerConfig& config)
   return std::move(*opened);
 }
 
+// An execution context whose pending handlers can be destroyed before the context ends
+// (asio's shutdown(), which its destructor calls, is protected).
+template <class Context>
+class ServerContext : public Context {
+ public:
+  using Context::Context;
+  void destroy_pending_handlers() { Context::shutdown(); }
+};
+
+// Ends, at every return of run_server once the pool and the state are made, what the
+// server's two contexts still hold after their threads have stopped: a kept-alive
+// connection's read, a long step not run. Each of those holds a session, whose end updates
+// the state (its count of connections, the list of connections without a token). The
+// contexts come first (the pool and the state are built on them), so without this their
+// own ends would destroy those sessions after the state.
+class PendingHandlersEnd {
+ public:
+  PendingHandlersEnd(ServerContext<boost::asio::io_context>& io, ServerContext<boost::asio::thread_pool>& long_steps)
+      : io_(io), long_steps_(long_steps) {}
+  PendingHandlersEnd(const PendingHandlersEnd&) = delete;
+  PendingHandlersEnd& operator=(const PendingHandlersEnd&) = delete;
+  ~PendingHandlersEnd() {
+    long_steps_.stop();  // at an early return: a step that runs now ends while the state lives
+    long_steps_.join();
+    long_steps_.destroy_pending_handlers();  // before the I/O's: a long step may post to it
+    io_.stop();
+    io_.destroy_pending_handlers();
+  }
+
+ private:
+  ServerContext<boost::asio::io_context>& io_;
+  ServerContext<boost::asio::thread_pool>& long_steps_;
+};
+
 // The I/O threads running `io`, until stop() (or destruction).
 class IoThreads {
  public:
@@ -471,7 +505,7 @@ int run_server(ServerConfig config) {
   auto disk_cache = open_disk_cache(config);
   if (!disk_cache) return fail_start(disk_cache.error());
 
-  boost::asio::io_context io(static_cast<int>(config.io_threads));
+  ServerContext<boost::asio::io_context> io(static_cast<int>(config.io_threads));
   BlobStore blobs({config.blob_cache_bytes, config.blob_cache_max_blobs, config.blob_cache_max_files},
                   disk_cache->get());
   Metrics metrics(tenants->size());
@@ -502,7 +536,8 @@ int run_server(ServerConfig config) {
   // The steps that grow with what a client or a worker sent (execute_job.hpp,
   // kLongStepBytes), never on the I/O threads or the pool's strand. One a core, 2 to 4:
   // as many as the in-flight limit lets the largest bodies in at once by default.
-  boost::asio::thread_pool long_steps(std::clamp(std::thread::hardware_concurrency(), 2u, 4u));
+  ServerContext<boost::asio::thread_pool> long_steps(
+      std::clamp(std::thread::hardware_concurrency(), 2u, 4u));
   pool_config.long_steps = &long_steps;
   WorkerPool pool(io, pool_config);
   ServerState state{config, blobs, pool, metrics, new_request_id(), now_rfc3339(),
@@ -515,6 +550,7 @@ int run_server(ServerConfig config) {
   state.anonymous_log = logs->anonymous.get();
   state.long_steps = &long_steps;
 
+  PendingHandlersEnd pending_handlers_end(io, long_steps);  // ends before the state, after the threads
   if (auto started = pool.start(); !started) return fail_start({1, started.error().message});
   IoThreads threads(io, config.io_threads);
   auto workers_up = wait_for_workers(pool, config);

@@ -2,7 +2,8 @@
 
 New connections are refused once the listener closes; a request arriving on a connection
 opened before gets 503 ``busy``, as does a program still waiting in the queue. The server
-then exits 0 and leaves no process and no file behind (checked by the fixture's stop).
+then exits 0 and leaves no process and no file behind (checked by the fixture's stop),
+whatever connections are still open then.
 """
 
 from __future__ import annotations
@@ -97,3 +98,44 @@ def test_idle_server_stops_promptly_with_status_zero(start_server, signum):
     server.signal(signum)
     assert server.wait(30) == 0
     assert time.monotonic() - started < 10
+
+
+def _answered_health(server, token: str | None) -> socket.socket:
+    """A connection kept alive after one GET /health (anonymous, or showing `token`)."""
+    connection = socket.create_connection((server.host, server.port), timeout=10)
+    authorization = b"" if token is None else b"Authorization: Bearer " + token.encode() + b"\r\n"
+    connection.sendall(b"GET /health HTTP/1.1\r\nHost: kcoral\r\n" + authorization + b"\r\n")
+    answer = b""
+    while b"\r\n\r\n" not in answer or not answer.rstrip().endswith(b"}"):
+        answer += connection.recv(65536)
+    assert answer.startswith(b"HTTP/1.1 200")
+    return connection
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tokens", [False, True], ids=["no-tokens", "token-file"])
+def test_connections_still_open_at_the_stop_end_with_the_server(start_server, tmp_path, tokens):
+    """Kept-alive connections, idle or halfway through a request's header, with a token and
+    without: still open when the server stops, they end with it and it exits 0. (Their
+    sessions used to end after the server's state, when the I/O context did, and with a
+    token file the server died of SIGSEGV at its stop.)"""
+    flags = ["--num-workers", "1"]
+    if tokens:
+        (tmp_path / "tokens").write_text("alice secret-of-alice\n")
+        (tmp_path / "tokens").chmod(0o600)
+        flags += ["--token-file", str(tmp_path / "tokens")]
+    server = start_server(*flags)
+    with server.client(token="secret-of-alice" if tokens else None) as client:
+        assert client.execute(call("def f():\n    return 1\n", "f")).raise_for_error()["out"] == 1
+    connections = [_answered_health(server, None) for _ in range(3)]
+    if tokens:
+        connections.append(_answered_health(server, "secret-of-alice"))
+    halfway = socket.create_connection((server.host, server.port), timeout=10)
+    halfway.sendall(b"POST /execute HTTP/1.1\r\nHost: kcoral\r\n")
+    connections.append(halfway)
+
+    server.signal(signal.SIGTERM)
+    assert server.wait(30) == 0, server.stderr_text()[-2000:]
+    assert server.stderr_text().rstrip().endswith("kcoral-server: stopped")
+    for connection in connections:
+        connection.close()
