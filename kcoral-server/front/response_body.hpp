@@ -1,6 +1,6 @@
 // ResponseBodyType: the Beast body type of the front's responses, whose value is a
 // kcoral::ResponseBody (kcoral/codec.hpp): its text and the blobs of returned values go to
-// the socket as one sequence of buffers, the blobs from their memory files, uncopied.
+// the socket a window of buffers at a time, the blobs from their memory files, uncopied.
 //
 //   boost::beast::http::response<kcoral::ResponseBodyType> response;
 //   response.body() = encoded.body;  // or a string
@@ -10,7 +10,9 @@
 #include <boost/beast/core/error.hpp>
 #include <boost/beast/http/message.hpp>
 #include <boost/optional.hpp>
+#include <cstddef>
 #include <cstdint>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -32,24 +34,27 @@ struct ResponseBodyType {
 
     void init(boost::beast::error_code& ec) { ec = {}; }
 
-    // All of the body at once: the serializer writes what the socket takes and asks again
-    // only for what it has not written.
+    // The body a window of buffers at a time: the serializer walks what it was given at
+    // each write (to measure, prefix and consume it), so a body of a million small parts
+    // given at once took it time quadratic in them; a window costs each write its own size.
     boost::optional<std::pair<const_buffers_type, bool>> get(boost::beast::error_code& ec) {
       ec = {};
-      if (given_) return boost::none;
-      given_ = true;
+      const std::vector<ResponseBody::Piece>& pieces = body_.pieces();
       const_buffers_type buffers;
-      buffers.reserve(body_.pieces().size());
-      for (const ResponseBody::Piece& piece : body_.pieces()) {
-        std::string_view bytes = ResponseBody::bytes_of(piece);
+      while (next_ < pieces.size() && buffers.size() < kBuffersAtOnce) {
+        std::string_view bytes = ResponseBody::bytes_of(pieces[next_++]);
         if (!bytes.empty()) buffers.emplace_back(bytes.data(), bytes.size());
       }
-      return std::make_pair(std::move(buffers), false);
+      if (buffers.empty()) return boost::none;
+      return std::make_pair(std::move(buffers), next_ < pieces.size());
     }
 
    private:
+    // Four times what one writev takes (asio gives it at most 64 buffers).
+    static constexpr std::size_t kBuffersAtOnce = 256;
+
     const value_type& body_;
-    bool given_ = false;
+    std::size_t next_ = 0;  // the first piece not given yet
   };
 };
 
