@@ -106,11 +106,20 @@ ProgramResult ProgramRun::execute() {
     if (json.size() > 1) json += ',';
     json.append(Json(key).dump(-1, ' ', false, Json::error_handler_t::replace)).append(":").append(text);
   }
-  result_.results_json = json + "}";
+  std::uint64_t part_bytes = parts_.bytes();
+  std::size_t part_count = parts_.count();
   if (auto parts = parts_.finish()) {
     result_.parts = std::move(*parts);
-  } else if (!result_.error) {
-    fail(current_, ErrorKind::engine, "cannot keep the returned binary data: " + parts.error().message, "");
+    result_.results_json = json + "}";
+  } else {
+    // The values name parts that are lost (a program that left itself no address space to
+    // map them, say): none of the values is returned, and the program fails.
+    result_.results_json = "{}";
+    if (!result_.error)
+      fail(current_, ErrorKind::serialization,
+           "the returned binary data (" + std::to_string(part_bytes) + " bytes in " + std::to_string(part_count) +
+               " parts) cannot be kept: " + parts.error().message + "; no value is returned",
+           "");
   }
   result_.elapsed_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();

@@ -3,7 +3,8 @@
 A syntax or top-level error in a module is ``parse``; an exception escaping a run is
 ``runtime`` with the message ``"<Type>: <message>"``; an AssertionError is ``correctness``;
 a value that cannot be returned is ``serialization``. Returns made before the failure stay
-in the result; later instructions do not run; the client raises the matching class.
+in the result (unless the returned bytes themselves cannot be kept: then none does); later
+instructions do not run; the client raises the matching class.
 """
 
 from __future__ import annotations
@@ -126,6 +127,38 @@ def test_unreturnable_value_is_serialization(server):
     assert result.results == {"first": "first"}
     with pytest.raises(SerializationFailed):
         result.raise_for_error()
+
+
+LOST_PARTS = r'''
+import resource
+
+def ok():
+    return "first"
+
+def no_room_for_its_bytes():
+    value = [b"q" * 1000] * 10
+    # No address space left to map the memory file its returned bytes are kept in.
+    size = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmSize:"))
+    resource.setrlimit(resource.RLIMIT_AS, (size << 9, size << 9))
+    return value
+
+def later():
+    return "later"
+'''
+
+
+def test_returned_bytes_that_cannot_be_kept_fail_the_program_and_no_value_returns(server):
+    """The worker cannot map the memory file of a program's returned bytes (the program
+    left itself no address space): FAILED, serialization, and none of the values, which
+    would name the lost parts (they used to, and the front took that for a broken
+    protocol: 500, engine). The next program is served."""
+    result = server.execute(failing_program("no_room_for_its_bytes", module_source=LOST_PARTS))
+    check_failure(result, "serialization", 9, "return", None)  # the last: the parts are kept at the end
+    assert "cannot be kept" in result.error["message"] and "no value is returned" in result.error["message"]
+    assert result.results == {}
+    with pytest.raises(SerializationFailed):
+        result.raise_for_error()
+    assert server.execute(failing_program("ok", module_source=LOST_PARTS)).raise_for_error()["bad"] == "first"
 
 
 @pytest.mark.parametrize(
