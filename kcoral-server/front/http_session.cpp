@@ -226,6 +226,12 @@ void HttpSession::read_body() {
     buffer_.shrink_to_fit();
     return handle(parser_->release());
   }
+  // What the parser leaves buffered is the start of a chunk's size line or of the
+  // trailer, which the parser bounds nowhere: bounded here as the request's header is.
+  if (buffer_.size() > kHeaderLimit)
+    return reject_and_close({ErrorKind::parse, "malformed HTTP request: a chunk's size line (with its extensions) "
+                                               "or the trailer is longer than " +
+                                                   std::to_string(kHeaderLimit) + " bytes"});
   if (!reserve_body()) return reject_and_close(inflight_full());
   if (input_ended_) return close();  // mid-body: a body ends at its length, not at the connection's end
   stream_.expires_never();

@@ -10,11 +10,13 @@ runs beside it and must complete with its own result; then the server must still
   copies are held to the in-flight budget;
 - a client that never reads a large answer is cut off within seconds;
 - a header folded onto a continuation line (obs-fold) is refused, Content-Length included;
+- a chunk's size line or a trailer without end is refused at the header's limit;
 - with tokens, connections without one cannot take the slots of those with one.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import threading
@@ -237,6 +239,34 @@ def test_a_folded_header_is_refused(front, folded):
             answer += chunk
     assert answer.startswith(b"HTTP/1.1 400 "), answer[:200]
     assert b"obs-fold" in answer
+    assert front.get("/health").status_code == 200
+
+
+CHUNKED_HEAD = (b"POST /execute HTTP/1.1\r\nHost: x\r\nContent-Type: multipart/form-data; boundary=zz\r\n"
+                b"Transfer-Encoding: chunked\r\n\r\n")
+
+
+@pytest.mark.parametrize(("start", "filler"), [
+    (b"10;a=", b"b"),                            # a chunk extension without end
+    (b"5\r\n--zz\r\r\n0\r\nX-Trailer: ", b"b"),  # a trailer field without end
+    (b"", b"0"),                                 # a chunk size of endless leading zeros
+], ids=["extension", "trailer", "zeros"])
+def test_a_chunk_size_line_or_trailer_without_end_is_refused_at_the_header_limit(front, start, filler):
+    """The parser keeps such a line buffered until it ends; the front used to buffer it
+    without bound (a gigabyte from one connection, outside every budget). Now it is held to
+    the header's 64 KiB: 8 MiB of it get 400."""
+    with socket.create_connection((front.host, front.port), timeout=30) as sock:
+        sock.sendall(CHUNKED_HEAD + start)
+        with contextlib.suppress(OSError):  # refused while sending: the answer waits below
+            for _ in range(128):
+                sock.sendall(filler * (64 << 10))
+        sock.shutdown(socket.SHUT_WR)
+        answer = b""
+        with contextlib.suppress(ConnectionResetError):
+            while chunk := sock.recv(65536):
+                answer += chunk
+    assert answer.startswith(b"HTTP/1.1 400 "), answer[:300]
+    assert b"longer than 65536 bytes" in answer
     assert front.get("/health").status_code == 200
 
 
