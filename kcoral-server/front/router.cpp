@@ -73,7 +73,7 @@ std::vector<TenantGauges> tenant_gauges(const ServerState& state) {
   std::vector<TenantGauges> gauges;
   for (std::size_t tenant = 0; tenant < state.tenants.size(); ++tenant) {
     const std::string& name = state.tenants.name(tenant);
-    BlobStore::Usage cached = state.blobs.usage(name);
+    BlobStore::Usage cached = state.blobs.usage(state.tenants.key(tenant));
     WorkerPool::TenantLoad queue = tenant < load.size() ? load[tenant] : WorkerPool::TenantLoad{};
     gauges.push_back({name, queue.running, queue.waiting, state.tenant_inflight.at(tenant)->used(), cached.bytes,
                       cached.blobs});
@@ -125,7 +125,7 @@ RouteResult answer_now(const ExecuteRequestInfo& info, ServerState& state, const
 // The parsed request's blobs resolved: the job to run, or the answer to give now.
 RouteResult admit(ExecuteRequestInfo info, ServerState& state, ExecuteRequest parsed,
                   const BlobStore::CopyBudget& copies) {
-  auto admitted = admit_parsed(info.request_id, std::move(parsed), state.blobs, state.tenants.name(*info.tenant),
+  auto admitted = admit_parsed(info.request_id, std::move(parsed), state.blobs, state.tenants.key(*info.tenant),
                                state.execute, copies);
   if (auto* now = std::get_if<ExecuteAnswer>(&admitted))
     return answer_now(info, state, now->response, now->status, now->error ? &*now->error : nullptr,
@@ -162,7 +162,7 @@ RouteResult execute(HttpRequest& request, ServerState& state, std::string reques
   if (!parsed) return refuse(parsed.error());
   // Blobs loaded from the disk or copied for this program: the rest of its admission takes
   // as long as they are large.
-  if (state.blobs.bytes_to_make(state.tenants.name(*info.tenant), parsed->program, parsed->blobs) >= kLongStepBytes)
+  if (state.blobs.bytes_to_make(state.tenants.key(*info.tenant), parsed->program, parsed->blobs) >= kLongStepBytes)
     return {std::nullopt, nullptr,
             [info = std::move(info), &state, parsed = std::move(*parsed), copies]() mutable {
               return admit(std::move(info), state, std::move(parsed), copies);

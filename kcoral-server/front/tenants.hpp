@@ -10,7 +10,10 @@
 // Lines of one name are one tenant's tokens (for rotation); a bare token is named by its
 // line number, so a file of bare tokens (the format before names) still works, each token
 // a tenant of its own. Names are 1 to 64 letters, digits, '.', '_' or '-', so that they
-// need no escaping in a metrics label or a log line. A token holds no space or tab (RFC
+// need no escaping in a metrics label or a log line; tenant-<number> is a bare token's
+// only. What a tenant keeps across restarts (its blobs on disk) is kept under its key: a
+// named tenant's name, a bare token's tenant the digest of its token, never its line, so
+// that a token's line moved or removed never gives its blobs to another. A token holds no space or tab (RFC
 // 6750's bearer tokens never do). Only SHA-256 digests of the tokens are kept, and no
 // message here ever shows a token. A server without tokens has one tenant, "default", whom every
 // request is. The tenants are fixed at start; index i of every per-tenant table is the
@@ -49,16 +52,19 @@ class Tenants {
   [[nodiscard]] std::size_t size() const { return names_.size(); }
   [[nodiscard]] const std::string& name(std::size_t tenant) const { return names_.at(tenant); }
   [[nodiscard]] const std::vector<std::string>& names() const { return names_; }
+  // What the tenant's blobs are kept under (see above); unlike a name, never shown.
+  [[nodiscard]] const std::string& key(std::size_t tenant) const { return keys_.at(tenant); }
 
  private:
   struct Token {
     std::string digest;  // SHA-256 of the token, hex
     std::size_t tenant;
   };
-  Tenants(std::vector<std::string> names, std::vector<Token> tokens)
-      : names_(std::move(names)), tokens_(std::move(tokens)) {}
+  Tenants(std::vector<std::string> names, std::vector<std::string> keys, std::vector<Token> tokens)
+      : names_(std::move(names)), keys_(std::move(keys)), tokens_(std::move(tokens)) {}
 
   std::vector<std::string> names_;
+  std::vector<std::string> keys_;
   std::vector<Token> tokens_;
 };
 

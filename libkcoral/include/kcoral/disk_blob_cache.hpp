@@ -1,9 +1,10 @@
 // DiskBlobCache: uploaded blobs kept on disk, so that they survive a restart; the memory
 // cache (BlobStore) falls back to it before a program's blobs count as missing.
 //
-// Each tenant has a directory of its own, named by the SHA-256 of the tenant's name
-// (DIR/<hash>/), and a blob is found only in its tenant's: one tenant's upload is never
-// another's cache hit, across restarts too. The byte budget is one for all tenants.
+// Each tenant has a directory of its own, named by the SHA-256 of the string that names
+// the tenant here (DIR/<hash>/; the server's tenant keys, which a restart keeps), and a
+// blob is found only in its tenant's: one tenant's upload is never another's cache hit,
+// across restarts too. The byte budget is one for all tenants.
 // One file per blob, named by its SHA-256 (DIR/<hash>/ab/abcdef…), written by a background thread
 // (a request never waits for the disk) to a temporary name and renamed into place, so a
 // file under its digest is always whole. A file is read back only if its bytes hash to its

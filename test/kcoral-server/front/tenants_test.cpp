@@ -1,7 +1,8 @@
 // Tenants (kcoral-server/front/tenants.cpp): a token file's lines are `NAME TOKEN` or a
 // bare token (named tenant-<line>); lines of one name are one tenant; a file of bare tokens
 // (the format before names) still reads, a token per tenant; malformed lines are refused
-// with their number and without the token; without a file there is one tenant, "default".
+// with their number and without the token; without a file there is one tenant, "default";
+// what a tenant keeps is keyed by its name or its bare token, never by its line.
 #include <doctest/doctest.h>
 
 #include <fstream>
@@ -78,6 +79,27 @@ TEST_CASE("malformed lines are refused with their number, never showing a token"
   CHECK(shared.find("alice's") != std::string::npos);
   CHECK(shared.find("the-token") == std::string::npos);
   CHECK(refusal("\n  \n").find("holds no token") != std::string::npos);
+}
+
+TEST_CASE("a tenant's key is its name, or its bare token's digest: never its line") {
+  auto before = parsed("first-token\nsecond-token\nalice a1\nalice a2\n");
+  auto after = parsed("second-token\nalice a2\n");  // the first token revoked, alice's first too
+  CHECK(before.name(1) == "tenant-2");
+  CHECK(after.name(0) == "tenant-1");  // shown by its line, which moved
+  CHECK(after.key(0) == before.key(1));  // kept under its token, which did not
+  CHECK(after.key(0) != before.key(0));
+  CHECK(after.key(after.find("a2").value()) == "alice");
+  CHECK(before.key(0).find("first-token") == std::string::npos);  // a digest, not the token
+  CHECK(kcoral::Tenants().key(0) == "default");
+}
+
+TEST_CASE("no line names a tenant as a bare token's is named") {
+  std::string taken = refusal("first-token\ntenant-1 other-token\n");
+  CHECK(taken.find("line 2") != std::string::npos);
+  CHECK(taken.find("bare token's") != std::string::npos);
+  CHECK(taken.find("other-token") == std::string::npos);
+  CHECK(refusal("tenant-7 t\n").find("bare token's") != std::string::npos);
+  CHECK(parsed("tenant-a t\ntenant- u\ntenant-1x v\n").size() == 3);  // not a line's number
 }
 
 TEST_CASE("a token file is read from its path") {

@@ -5,7 +5,8 @@ beside it and must complete with its own result.
 - Bob names alice's digest without sending the blob: CACHE_MISS, and his program never
   runs with her bytes. The CACHE_MISS is no oracle: of 10,000 guesses at alice's PIN, all
   are missing alike, the right one too; so after a restart on the same --disk-cache-dir,
-  where alice's blob is still hers.
+  where alice's blob is still hers. A bare token's blobs are its token's, not its line's:
+  revoked, and its line taken by another token, they are still no one else's.
 - Alice queues ten programs of 5 s: bob's trivial program starts when the next worker
   comes free, not after all of them.
 - Past --max-queued-per-tenant and --max-inflight-bytes-per-tenant, a tenant's next request
@@ -58,9 +59,9 @@ def auth(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 
 
-def metric(server: Server, name: str) -> float:
-    """One sample of /metrics, read with alice's token."""
-    for line in server.request("GET", "/metrics", headers=auth(ALICE)).text.splitlines():
+def metric(server: Server, name: str, token: str = ALICE) -> float:
+    """One sample of /metrics, read with `token` (alice's)."""
+    for line in server.request("GET", "/metrics", headers=auth(token)).text.splitlines():
         if line.startswith(name + " "):
             return float(line.split()[-1])
     raise KeyError(name)
@@ -158,6 +159,33 @@ def test_another_tenants_digest_is_a_cache_miss_and_no_oracle_across_a_restart(s
     # Bob's own upload of the same bytes runs, as his.
     with second.client(token=BOB) as bob:
         assert bob.execute(echo(secret)).raise_for_error()["data"] == secret
+
+
+def test_a_revoked_bare_tokens_blobs_go_to_no_tenant_that_takes_its_line(start_server, tmp_path):
+    """Bare tokens' tenants are shown by their lines (tenant-1, tenant-2), which move when a
+    line is removed; their blobs on disk are kept under their tokens. The first token is
+    revoked and the server restarted on the same --disk-cache-dir: the second, now on line
+    1, names the first one's digest and gets CACHE_MISS. (Kept under tenant-1, it used to
+    get the revoked tenant's bytes.)"""
+    first_token, second_token = secrets.token_urlsafe(24), secrets.token_urlsafe(24)
+    tokens, cache = tmp_path / "tokens", tmp_path / "blobs"
+    tokens.write_text(f"{first_token}\n{second_token}\n")
+    tokens.chmod(0o600)
+    flags = ("--num-workers", "1", "--token-file", str(tokens), "--disk-cache-dir", str(cache))
+    secret = f"the first tenant's PIN: {secrets.randbelow(10_000):04d}".encode()
+    before = start_server(*flags)
+    with before.client(token=first_token) as first:
+        assert first.execute(echo(secret)).raise_for_error()["data"] == secret
+    assert wait_until(lambda: metric(before, "kcoral_disk_cache_blobs", first_token) >= 1, 10)
+    assert before.stop() == 0
+
+    tokens.write_text(f"{second_token}\n")  # the first revoked: the second is on line 1
+    after = start_server(*flags)
+    content_type, body = echo(secret).to_request(set())
+    answer = after.post(content_type, body, headers=auth(second_token)).json()
+    assert (answer["status"], answer["missing_blobs"]) == ("CACHE_MISS", [hashlib.sha256(secret).hexdigest()])
+    with after.client(token=second_token) as second:  # its own upload of the same bytes runs
+        assert second.execute(echo(secret)).raise_for_error()["data"] == secret
 
 
 ALICE_PROGRAMS = 10
