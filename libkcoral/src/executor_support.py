@@ -256,14 +256,19 @@ class _Encoder:
         self._active.add(id(value))
         try:
             if isinstance(value, dict):
-                for key in value:
+                # The dict's own items, whatever a subclass's items() or keys say, and each
+                # key as the plain string it holds: two keys never read alike.
+                encoded = {}
+                for key, child in list(dict.items(value)):
                     if not isinstance(key, str):
                         raise SerializationError(
                             f"{where}: returned dicts need string keys, not {type(key).__name__}"
                         )
-                return {"type": "object", "value": {
-                    key: self.encode(child, f"{where}[{key!r}]", depth + 1)
-                    for key, child in value.items()}}
+                    name = str.__str__(key)
+                    if name in encoded:
+                        raise SerializationError(f"{where}: two of its keys read {name!r}")
+                    encoded[name] = self.encode(child, f"{where}[{name!r}]", depth + 1)
+                return {"type": "object", "value": encoded}
             return {"type": "array", "value": [
                 self.encode(child, f"{where}[{index}]", depth + 1)
                 for index, child in enumerate(value)]}

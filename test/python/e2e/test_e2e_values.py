@@ -230,6 +230,45 @@ def test_unsupported_values_fail_with_serialization(server, name):
     assert result.results == {}
 
 
+DICT_SUBCLASSES = r'''
+class Lying(dict):
+    def items(self):
+        return [(1, "int key"), ("1", "str key")]
+
+    def keys(self):
+        return ["1"]
+
+    def __iter__(self):
+        return iter(["1"])
+
+
+class Distinct(str):
+    def __hash__(self):
+        return id(self)
+
+    def __eq__(self, other):
+        return self is other
+
+
+def lying():
+    return Lying(a=1)
+
+
+def alike():
+    return {Distinct("k"): 1, Distinct("k"): 2}
+'''
+
+
+def test_a_dict_returns_its_own_items_and_keys_that_read_alike_fail(server):
+    """A dict subclass is returned as the dict it holds, whatever its items(), keys() or
+    __iter__ say (a lying items() used to put "1" in the answer twice, which the client
+    refused); two keys of one text (str subclasses that never compare equal) fail the return."""
+    assert server.execute(call(DICT_SUBCLASSES, "lying")).raise_for_error()["out"] == {"a": 1}
+    alike = server.execute(call(DICT_SUBCLASSES, "alike"))
+    assert alike.status == "FAILED" and alike.error["kind"] == "serialization", alike.error
+    assert "two of its keys read 'k'" in alike.error["message"]
+
+
 def test_self_containing_value_fails_with_serialization(server):
     source = "def make():\n    x = []\n    x.append(x)\n    return x\n"
     result = server.execute(call(source, "make"))
