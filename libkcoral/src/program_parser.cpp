@@ -207,8 +207,7 @@ class ProgramValidator {
     if (!value.is_string() || !is_sha256_hex(value.get_string().value_unsafe()))
       return fail(ErrorKind::parse, "'blob' must be a lowercase hex SHA-256 digest");
     std::string hash(value.get_string().value_unsafe());
-    if (std::find(program_.blobs_.begin(), program_.blobs_.end(), hash) == program_.blobs_.end())
-      program_.blobs_.push_back(hash);
+    if (blobs_seen_.insert(hash).second) program_.blobs_.push_back(hash);
     return hash;
   }
 
@@ -409,6 +408,7 @@ class ProgramValidator {
   Program program_;
   std::unordered_map<std::string, std::string> kinds_;  // id -> what it names
   std::unordered_set<std::string> return_keys_;
+  std::unordered_set<std::string> blobs_seen_;  // program_.blobs_, to look up (it keeps their order)
 };
 
 Result<Program> Program::parse(std::string_view json, const ProgramLimits& limits) {

@@ -244,6 +244,25 @@ TEST_CASE("blobs() lists distinct digests in first-use order") {
   CHECK(program->blobs() == std::vector<std::string>{digest_of_char('b'), digest_of_char('a'), digest_of_char('c')});
 }
 
+TEST_CASE("a program of 99,999 uploads lists each of its blobs once, in first-use order") {
+  // The largest number of uploads a program may have: each digest looked up as it comes (a
+  // scan of those before took the parser time quadratic in them: minutes for these).
+  auto digest = [](std::size_t n) {
+    std::string hex = std::to_string(n);
+    return std::string(64 - hex.size(), 'a') + hex;
+  };
+  std::string instructions;
+  for (std::size_t i = 0; i < 99999; ++i) {
+    if (i > 0) instructions += ',';
+    instructions += R"({"op":"upload","id":"b)" + std::to_string(i) + R"(","kind":"bytes","blob":")" +
+                    digest(i % 50000) + "\"}";
+  }
+  auto program = kcoral::Program::parse(program_of(instructions));
+  REQUIRE(program.has_value());
+  REQUIRE(program->blobs().size() == 50000);
+  for (std::size_t i = 0; i < 50000; ++i) REQUIRE(program->blobs()[i] == digest(i));
+}
+
 TEST_CASE("return kinds are file or folder, with a path string or a reference") {
   const std::string head = R"({"op":"return","key":"k","kind":)";
   CHECK_FALSE(parses(program_of(head + R"("dir","path":"p"})")));
