@@ -169,7 +169,7 @@ Result<BlobStore::Resolution> BlobStore::resolve(std::string_view tenant, const 
   for (const auto& [digest, blob] : resolution.blobs) {
     key.digest = digest;
     if (auto it = entries_.find(key); it != entries_.end()) {
-      ++it->second.pins;
+      pin_locked(it->second);
       resolution.pin.keys_.push_back(key);
     }
   }
@@ -225,13 +225,31 @@ BlobStore::Usage BlobStore::usage(std::string_view tenant) const {
 void BlobStore::unpin(const std::vector<Key>& keys) {
   std::lock_guard lock(mutex_);
   for (const Key& key : keys) {
-    if (auto it = entries_.find(key); it != entries_.end() && it->second.pins > 0)
-      --it->second.pins;
+    if (auto it = entries_.find(key); it != entries_.end() && it->second.pins > 0) unpin_locked(it);
   }
   evict_locked();
 }
 
-void BlobStore::touch_locked(Entry& entry) { lru_.splice(lru_.begin(), lru_, entry.lru); }
+// A pinned entry is out of the LRU list, so that eviction never walks past it (with a
+// program's thousands of blobs pinned, each put walked them all); its last unpin puts it
+// back, as the most recently used.
+void BlobStore::pin_locked(Entry& entry) {
+  if (entry.pins++ == 0) {
+    lru_.erase(entry.lru);
+    entry.lru = lru_.end();
+  }
+}
+
+void BlobStore::unpin_locked(Entries::iterator entry) {
+  if (--entry->second.pins == 0) {
+    lru_.push_front(entry->first);
+    entry->second.lru = lru_.begin();
+  }
+}
+
+void BlobStore::touch_locked(Entry& entry) {
+  if (entry.pins == 0) lru_.splice(lru_.begin(), lru_, entry.lru);
+}
 
 bool BlobStore::over_budget_locked() const {
   return size_bytes_ > limits_.bytes || entries_.size() > limits_.blobs || files_.size() > limits_.files;
@@ -249,14 +267,11 @@ void BlobStore::erase_locked(Entries::iterator entry) {
   entries_.erase(entry);
 }
 
+// Only unpinned entries are in lru_: each step evicts one.
 void BlobStore::evict_locked() {
-  auto it = lru_.end();
-  while (over_budget_locked() && it != lru_.begin()) {
-    --it;
-    auto entry = entries_.find(*it);
-    if (entry->second.pins > 0) continue;
-    erase_locked(entry);
-    it = lru_.erase(it);
+  while (over_budget_locked() && !lru_.empty()) {
+    erase_locked(entries_.find(lru_.back()));
+    lru_.pop_back();
   }
 }
 

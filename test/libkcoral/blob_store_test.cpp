@@ -167,6 +167,21 @@ TEST_CASE("while every entry is pinned a new blob cannot push a pinned one out")
   CHECK(has(store, quarter('f')));
 }
 
+TEST_CASE("a blob is the most recently used when its last pin goes") {
+  // Pinned blobs are out of the LRU order, so that eviction never walks past them (a put
+  // beside a program's thousands of pinned blobs walked them all); they come back as just used.
+  kcoral::BlobStore store(100);
+  auto running = store.resolve("alice", program_of({quarter('a')}), supplied({quarter('a')}));
+  REQUIRE(running.has_value());
+  for (char c : {'b', 'c', 'd'}) put(store, quarter(c));
+  running = {};  // 'a' unpinned: now the most recent, 'b' the least
+  put(store, quarter('e'));
+  CHECK(has(store, quarter('a')));
+  CHECK_FALSE(has(store, quarter('b')));
+  CHECK(has(store, quarter('e')));
+  CHECK(store.size_bytes() <= 100);
+}
+
 TEST_CASE("a moved pin keeps its blobs pinned until the last owner goes") {
   kcoral::BlobStore store(100);
   std::optional<kcoral::BlobStore::Pin> moved;

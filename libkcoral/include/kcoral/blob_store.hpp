@@ -131,7 +131,7 @@ class BlobStore {
   struct Entry {
     Blob blob;
     std::size_t pins = 0;
-    std::list<Key>::iterator lru;  // position in lru_ (front = most recent)
+    std::list<Key>::iterator lru;  // position in lru_ (front = most recent) while unpinned
   };
   struct File {
     std::size_t bytes = 0;  // the whole memfd
@@ -139,6 +139,8 @@ class BlobStore {
   };
   using Entries = std::unordered_map<Key, Entry, KeyHash>;
   void unpin(const std::vector<Key>& keys);
+  void pin_locked(Entry& entry);
+  void unpin_locked(Entries::iterator entry);
   void touch_locked(Entry& entry);
   void evict_locked();
   [[nodiscard]] bool over_budget_locked() const;
