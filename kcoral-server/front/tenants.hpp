@@ -13,8 +13,8 @@
 // need no escaping in a metrics label or a log line; tenant-<number> is a bare token's
 // only. What a tenant keeps across restarts (its blobs on disk) is kept under its key: a
 // named tenant's name, a bare token's tenant the digest of its token, never its line, so
-// that a token's line moved or removed never gives its blobs to another. A token holds no space or tab (RFC
-// 6750's bearer tokens never do). Only SHA-256 digests of the tokens are kept, and no
+// that a token's line moved or removed never gives its blobs to another. A token holds
+// no space or tab (RFC 6750's bearer tokens never do). Only SHA-256 digests of the tokens are kept, and no
 // message here ever shows a token. A server without tokens has one tenant, "default", whom every
 // request is. The tenants are fixed at start; index i of every per-tenant table is the
 // tenant i here. Immutable after construction, so thread-safe.
