@@ -317,21 +317,46 @@ void HttpSession::run_step(bool takes_long, Step step, Then then) {
   });
 }
 
+// What parsing this request's program takes is held with its body while it parses; more
+// than this request may ever hold is refused as too large, not as busy, for a retry would
+// not help.
+Status HttpSession::hold_parse(std::uint64_t bytes) {
+  std::uint64_t limit = state_.inflight.limit();
+  const char* flag = "--max-inflight-bytes";
+  if (tenant_ && state_.tenant_inflight.at(*tenant_)->limit() < limit) {
+    limit = state_.tenant_inflight.at(*tenant_)->limit();
+    flag = "--max-inflight-bytes-per-tenant";
+  }
+  if (bytes > limit - std::min(limit, held_.held()))
+    return fail(ErrorKind::request_too_large,
+                "parsing this request's program part would take up to " + std::to_string(bytes) +
+                    " bytes of the server's memory, which with its " + std::to_string(held_.held()) +
+                    " bytes passes what one request may hold (" + std::to_string(limit) +
+                    " bytes, " + flag + "); send large data as uploads (bytes or tensors) rather than as "
+                    "literal arguments, whose every value costs the server dozens of bytes");
+  if (!held_.grow_to(held_.held() + bytes)) return std::unexpected(inflight_full());
+  return {};
+}
+
 void HttpSession::handle(HttpRequest request) {
-  // Copies the blob store makes for this program are this request's bytes too.
-  auto copies = [this](std::uint64_t bytes) {
+  RequestHolds holds;
+  // Copies the blob store makes for this program are this request's bytes too, and so is
+  // what parsing its program takes, while it parses.
+  holds.copies = [this](std::uint64_t bytes) {
     if (held_.grow_to(held_.held() + bytes)) return true;
     state_.metrics.record(held_.tenant_refused() ? Metrics::Guard::tenant_inflight_full
                                                  : Metrics::Guard::inflight_full);
     return false;
   };
+  holds.parse.hold = [this](std::uint64_t bytes) { return hold_parse(bytes); };
+  holds.parse.release = [this](std::uint64_t bytes) { held_.give_back(bytes); };
   bool takes_long = admission_takes_long(request);
   unsigned version = request.version();
   bool keep_alive = request.keep_alive();
   run_step(
       takes_long,
-      [this, request = std::move(request), copies, takes_long]() mutable {
-        RouteResult routed = route(request, state_, peer_, copies);
+      [this, request = std::move(request), holds = std::move(holds), takes_long]() mutable {
+        RouteResult routed = route(request, state_, peer_, holds);
         return routed.rest && takes_long ? routed.rest() : std::move(routed);  // on a long-step thread already
       },
       [this, version, keep_alive](RouteResult routed) { on_routed(version, keep_alive, std::move(routed)); });

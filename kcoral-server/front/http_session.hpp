@@ -58,6 +58,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   void on_body(boost::beast::error_code ec, std::size_t bytes);
   [[nodiscard]] bool reserve_body();
   [[nodiscard]] Error inflight_full();
+  [[nodiscard]] Status hold_parse(std::uint64_t bytes);
   void handle(HttpRequest request);
   template <class Step, class Then>
   void run_step(bool takes_long, Step step, Then then);

@@ -13,6 +13,7 @@
 //   if (!held.grow_to(length)) return busy();   // released when `held` goes
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <utility>
@@ -65,6 +66,13 @@ class InflightBytes {
       budget_.used_.fetch_add(bytes, std::memory_order_relaxed);
       if (tenant_ != nullptr) tenant_->used_.fetch_add(bytes, std::memory_order_relaxed);
       held_ += bytes;
+    }
+    // Holds `bytes` fewer (at most all it holds): for what has been freed.
+    void give_back(std::uint64_t bytes) {
+      bytes = std::min(bytes, held_);
+      held_ -= bytes;
+      budget_.give(bytes);
+      if (tenant_ != nullptr) tenant_->give(bytes);
     }
     void release() {
       std::uint64_t held = std::exchange(held_, 0);

@@ -147,7 +147,7 @@ RouteResult admit(ExecuteRequestInfo info, ServerState& state, ExecuteRequest pa
 }
 
 RouteResult execute(HttpRequest& request, ServerState& state, std::string request_id, std::string_view client,
-                    const BlobStore::CopyBudget& copies) {
+                    const RequestHolds& holds) {
   // The session let the request through on its token, so it has a tenant; should it not,
   // nothing runs (and no blob is stored) without one.
   ExecuteRequestInfo info{std::move(request_id), std::string(client), tenant_of(request, state), Clock::now(),
@@ -158,22 +158,22 @@ RouteResult execute(HttpRequest& request, ServerState& state, std::string reques
   if (!info.tenant) return refuse(*check_access(request, state));
   if (state.stopping) return refuse({ErrorKind::busy, "the server is shutting down"});
   auto content_type = request[http::field::content_type];
-  auto parsed = parse_execute_request({content_type.data(), content_type.size()}, request.body().settled(), {});
+  auto parsed =
+      parse_execute_request({content_type.data(), content_type.size()}, request.body().settled(), {}, holds.parse);
   if (!parsed) return refuse(parsed.error());
   // Blobs loaded from the disk or copied for this program: the rest of its admission takes
   // as long as they are large.
   if (state.blobs.bytes_to_make(state.tenants.key(*info.tenant), parsed->program, parsed->blobs) >= kLongStepBytes)
     return {std::nullopt, nullptr,
-            [info = std::move(info), &state, parsed = std::move(*parsed), copies]() mutable {
+            [info = std::move(info), &state, parsed = std::move(*parsed), copies = holds.copies]() mutable {
               return admit(std::move(info), state, std::move(parsed), copies);
             }};
-  return admit(std::move(info), state, std::move(*parsed), copies);
+  return admit(std::move(info), state, std::move(*parsed), holds.copies);
 }
 
 }  // namespace
 
-RouteResult route(HttpRequest& request, ServerState& state, std::string_view client,
-                  const BlobStore::CopyBudget& copies) {
+RouteResult route(HttpRequest& request, ServerState& state, std::string_view client, const RequestHolds& holds) {
   std::string_view target(request.target().data(), request.target().size());
   target = target.substr(0, target.find('?'));
   unsigned version = request.version();
@@ -188,7 +188,7 @@ RouteResult route(HttpRequest& request, ServerState& state, std::string_view cli
   };
   if (target == "/execute") {
     if (request.method() != http::verb::post) return method_not_allowed("POST");
-    return execute(request, state, std::move(request_id), client, copies);
+    return execute(request, state, std::move(request_id), client, holds);
   }
   state.metrics.record_other_request();
   if (target == "/health") {

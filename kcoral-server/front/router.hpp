@@ -76,11 +76,18 @@ struct RouteResult {
   std::move_only_function<RouteResult()> rest = {};  // run this long step for one of the two
 };
 
+// What a request holds beyond its body, in the budget its body is held in: the bytes the
+// blob store makes for its program (BlobStore::resolve), and what parsing its program part
+// takes (parse_execute_request), what the parsed program keeps of it then.
+struct RequestHolds {
+  BlobStore::CopyBudget copies;
+  ParseBudget parse;
+};
+
 // `request`'s body is emptied by POST /execute, whose blobs are kept where they arrived
-// (parse_execute_request). `client`: the peer's address, for the event log. `copies`: the budget that the bytes the
-// blob store makes for a program (BlobStore::resolve) are held in, with the request's own.
+// (parse_execute_request). `client`: the peer's address, for the event log.
 [[nodiscard]] RouteResult route(HttpRequest& request, ServerState& state, std::string_view client = {},
-                                const BlobStore::CopyBudget& copies = {});
+                                const RequestHolds& holds = {});
 
 // What one POST /execute came to: counted in the metrics and, with --log-dir, written to
 // the event log. Every /execute is recorded once, whether answered by the router, by its

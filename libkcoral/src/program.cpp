@@ -152,4 +152,33 @@ std::string Program::to_json() const {
   return program.dump();
 }
 
+std::uint64_t Program::memory_bytes() const {
+  // A string's own allocation, once it outgrows its inline buffer, with the allocator's
+  // header and rounding.
+  auto text = [](const std::string& s) -> std::uint64_t {
+    return s.capacity() > std::string().capacity() ? s.capacity() + 32 : 0;
+  };
+  std::uint64_t bytes = sizeof(Program) + instructions_.capacity() * sizeof(Instruction) +
+                        blobs_.capacity() * sizeof(std::string);
+  for (const std::string& blob : blobs_) bytes += text(blob);
+  for (const Instruction& instruction : instructions_) {
+    if (const auto* upload = std::get_if<Upload>(&instruction)) {
+      bytes += text(upload->id) + text(upload->source) + text(upload->blob) + text(upload->path) +
+               upload->shape.capacity() * sizeof(std::int64_t);
+    } else if (const auto* get = std::get_if<GetFunction>(&instruction)) {
+      bytes += text(get->id) + text(get->module.id) + text(get->name);
+    } else if (const auto* run = std::get_if<Run>(&instruction)) {
+      bytes += text(run->id) + text(run->fn.id) + run->args.capacity() * sizeof(Argument);
+      for (const Argument& arg : run->args)
+        bytes += std::holds_alternative<Ref>(arg) ? text(std::get<Ref>(arg).id) : text(std::get<JsonLiteral>(arg).json);
+    } else if (const auto* value = std::get_if<ReturnValue>(&instruction)) {
+      bytes += text(value->key) + text(value->value.id);
+    } else if (const auto* path = std::get_if<ReturnPath>(&instruction)) {
+      bytes += text(path->key) + (std::holds_alternative<Ref>(path->path) ? text(std::get<Ref>(path->path).id)
+                                                                          : text(std::get<std::string>(path->path)));
+    }
+  }
+  return bytes;
+}
+
 }  // namespace kcoral

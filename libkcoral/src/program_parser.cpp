@@ -6,6 +6,7 @@
 // rules (earlier references, unique ids and keys, paths, tensor metadata).
 #include <simdjson.h>
 
+#include <algorithm>
 #include <limits>
 #include <unordered_map>
 #include <unordered_set>
@@ -35,17 +36,23 @@ std::string shown(std::string_view text) {
   return out;
 }
 
-// Rejects duplicate keys anywhere in the document; simdjson keeps them silently.
+// Rejects duplicate keys anywhere in the document; simdjson keeps them silently. An
+// object's keys are sorted in a vector of views rather than put in a set: 16 bytes a key,
+// where a set's node took 48 (Program::parse_memory_bound counts what this takes).
 Status reject_duplicate_keys(element value) {
   if (value.is_array()) {
     for (element child : array_of(value)) {
       if (auto status = reject_duplicate_keys(child); !status) return status;
     }
   } else if (value.is_object()) {
-    std::unordered_set<std::string_view> seen;
+    std::vector<std::string_view> keys;
+    keys.reserve(object_of(value).size());
+    for (auto field : object_of(value)) keys.push_back(field.key);
+    std::sort(keys.begin(), keys.end());
+    if (auto twice = std::adjacent_find(keys.begin(), keys.end()); twice != keys.end())
+      return fail(ErrorKind::parse, "duplicate JSON key " + shown(*twice));
+    keys = {};
     for (auto field : object_of(value)) {
-      if (!seen.insert(field.key).second)
-        return fail(ErrorKind::parse, "duplicate JSON key " + shown(field.key));
       if (auto status = reject_duplicate_keys(field.value); !status) return status;
     }
   }
@@ -62,6 +69,19 @@ std::optional<std::string_view> as_reference(element value) {
   std::string_view id = target.value_unsafe().get_string().value_unsafe();
   if (id.empty()) return std::nullopt;
   return id;
+}
+
+// Where the string whose text starts at `from` ends: its closing quote, the first not
+// escaped (after an even run of backslashes), or the text's end.
+std::size_t string_end(std::string_view json, std::size_t from) {
+  while (true) {
+    std::size_t quote = json.find('"', from);
+    if (quote == std::string_view::npos) return json.size();
+    std::size_t backslashes = 0;
+    while (quote - backslashes > from && json[quote - backslashes - 1] == '\\') ++backslashes;
+    if (backslashes % 2 == 0) return quote;
+    from = quote + 1;
+  }
 }
 
 }  // namespace
@@ -86,6 +106,7 @@ class ProgramValidator {
       return fail(ErrorKind::parse, "the program has more than " +
                                         std::to_string(limits_.max_instructions) +
                                         " instructions");
+    program_.instructions_.reserve(array_of(instructions).size());
     std::size_t index = 0;
     for (element item : array_of(instructions)) {
       if (auto status = parse_instruction(item); !status)
@@ -353,6 +374,7 @@ class ProgramValidator {
     run.fn = std::move(*fn);
     if (auto args = obj.at_key("args"); !args.error()) {
       if (!args.value_unsafe().is_array()) return fail(ErrorKind::parse, "'args' must be an array");
+      run.args.reserve(array_of(args.value_unsafe()).size());  // no growth: a run may have millions
       for (element arg : array_of(args.value_unsafe())) {
         // Only a top-level argument that is exactly a reference is resolved; anything
         // else, references nested in containers included, is a literal.
@@ -433,6 +455,68 @@ Result<Program> Program::parse(std::string_view json, const ProgramLimits& limit
   }
   KCORAL_TRY(reject_duplicate_keys(root));
   return ProgramValidator(limits).run(root);
+}
+
+
+// Counted from the text's tokens, in the order parse takes memory: simdjson's padded copy
+// of the text, its structural index (4 bytes a token or punctuation), its tape (two words
+// a number or container, one a string) and string buffer; the duplicate-key check's views;
+// then the program built of it, whose instructions and arguments are the costly parts:
+// each element of the instructions array (nesting 2) an Instruction and the validator's
+// entries, each element of a run's `args` (nesting 4) an Argument. What is charged at those nestings elsewhere (options, a `$ref` object's key)
+// only makes the bound looser.
+std::uint64_t Program::parse_memory_bound(std::string_view json) {
+  constexpr std::uint64_t kPunctuation = 4;                   // `,` `:` `]` `}`: an index entry
+  constexpr std::uint64_t kValue = 4 + 16;                    // a scalar or container: index, tape
+  constexpr std::uint64_t kString = 4 + 8 + 5 + 16;           // index, tape, length and NUL, a key's view
+  constexpr std::uint64_t kArgument = sizeof(Argument);       // its text: among the copies
+  constexpr std::uint64_t kInstruction = 512;                 // its variant, the ids' tables and nodes
+  constexpr std::size_t kArgumentNesting = 4, kInstructionNesting = 2;
+  // The text's copies: simdjson's, its string buffer, the program's strings, and a
+  // literal's minified text (built in a buffer that doubles: three times its size at most).
+  constexpr std::uint64_t kCopies = 6;
+  constexpr std::uint64_t kFixed = std::uint64_t{1} << 20;  // the parser's own buffers
+  std::uint64_t bytes = kFixed + kCopies * json.size();
+  std::size_t nesting = 0;
+  bool in_scalar = false;
+  auto element_cost = [&]() -> std::uint64_t {
+    if (nesting == kArgumentNesting) return kArgument;
+    if (nesting == kInstructionNesting) return kInstruction;
+    return 0;
+  };
+  for (std::size_t i = 0; i < json.size(); ++i) {
+    bool scalar = false;
+    switch (json[i]) {
+      case '"':
+        bytes += kString + element_cost();
+        i = string_end(json, i + 1);
+        break;
+      case '{':
+      case '[':
+        bytes += kValue + element_cost();
+        ++nesting;
+        break;
+      case '}':
+      case ']':
+        bytes += kPunctuation;
+        if (nesting > 0) --nesting;
+        break;
+      case ',':
+      case ':':
+        bytes += kPunctuation;
+        break;
+      case ' ':
+      case '\t':
+      case '\n':
+      case '\r':
+        break;
+      default:  // a number, true, false, null, or what simdjson refuses (indexed all the same)
+        scalar = true;
+        if (!in_scalar) bytes += kValue + element_cost();
+    }
+    in_scalar = scalar;
+  }
+  return bytes;
 }
 
 }  // namespace kcoral

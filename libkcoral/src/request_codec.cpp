@@ -1,4 +1,5 @@
 // Requests: multipart parts to a validated Program and its verified blobs.
+#include <algorithm>
 #include <span>
 #include <string>
 #include <unordered_set>
@@ -10,7 +11,7 @@
 namespace kcoral {
 
 Result<ExecuteRequest> parse_execute_request(std::string_view content_type, ReceivedBody& received,
-                                             const RequestLimits& limits) {
+                                             const RequestLimits& limits, const ParseBudget& budget) {
   BlobFile& body = received.bytes;
   auto parts = parse_multipart(content_type, body.view(), limits.multipart, &received.digests);
   if (!parts) return std::unexpected(parts.error());
@@ -41,7 +42,13 @@ Result<ExecuteRequest> parse_execute_request(std::string_view content_type, Rece
   }
   if (program_part == nullptr) return fail(ErrorKind::parse, "the request has no 'program' part");
 
+  const std::uint64_t parse_bytes = Program::parse_memory_bound(program_part->data);
+  if (budget.hold) KCORAL_TRY(budget.hold(parse_bytes));
   auto program = Program::parse(program_part->data, limits.program);
+  if (budget.release) {
+    std::uint64_t kept = program ? program->memory_bytes() + program_part->data.size() : 0;
+    budget.release(parse_bytes - std::min(parse_bytes, kept));
+  }
   if (!program) return std::unexpected(program.error());
 
   std::unordered_set<std::string_view> referenced(program->blobs().begin(), program->blobs().end());
@@ -83,11 +90,11 @@ Result<ExecuteRequest> parse_execute_request(std::string_view content_type, Rece
 }
 
 Result<ExecuteRequest> parse_execute_request(std::string_view content_type, std::string_view body,
-                                             const RequestLimits& limits) {
+                                             const RequestLimits& limits, const ParseBudget& budget) {
   ReceivedBody received;
   if (!received.bytes.append(body))
     return fail(ErrorKind::busy, "no memory for the request's " + std::to_string(body.size()) + " bytes; retry later");
-  return parse_execute_request(content_type, received, limits);
+  return parse_execute_request(content_type, received, limits, budget);
 }
 
 }  // namespace kcoral

@@ -64,6 +64,32 @@ TEST_CASE("a request yields its program, the program text as sent and the verifi
   CHECK_FALSE(request->blobs.contains(kcoral::sha256_hex("three")));
 }
 
+TEST_CASE("the parse budget holds the parse's bound before the parse, then all but what the program keeps") {
+  const std::string program = R"({"instructions":[{"op":"upload","id":"m","kind":"module","source":"def f(*a): pass"},)"
+                              R"({"op":"get_function","id":"f","module":{"$ref":"m"},"name":"f"},)"
+                              R"({"op":"run","id":"r","fn":{"$ref":"f"},"args":[0,1,2,[3,4],"five"]}]})";
+  auto encoded = Body().program(program).encode();
+  std::uint64_t held = 0, asked = 0;
+  kcoral::ParseBudget budget{[&](std::uint64_t bytes) -> kcoral::Status {
+                               asked = bytes;
+                               held += bytes;
+                               return {};
+                             },
+                             [&](std::uint64_t bytes) { held -= bytes; }};
+  auto request = parse_execute_request(encoded.content_type, encoded.body, {}, budget);
+  REQUIRE_MESSAGE(request.has_value(), request.error().message);
+  CHECK(asked == kcoral::Program::parse_memory_bound(program));
+  CHECK(held == request->program.memory_bytes() + program.size());
+
+  kcoral::ParseBudget refusing{[](std::uint64_t) -> kcoral::Status {
+                                 return kcoral::fail(kcoral::ErrorKind::request_too_large, "no room");
+                               },
+                               [](std::uint64_t) { FAIL("nothing was held"); }};
+  auto refused = parse_execute_request(encoded.content_type, encoded.body, {}, refusing);
+  REQUIRE_FALSE(refused.has_value());
+  CHECK(refused.error().kind == kcoral::ErrorKind::request_too_large);
+}
+
 TEST_CASE("the program part keeps its exact bytes, whitespace included") {
   const std::string program = "  {\"instructions\" : [ {\"op\":\"upload\",\"id\":\"m\",\"kind\":\"module\",\"source\":\"\"} ] }\n";
   auto encoded = Body{}.program(program).encode();

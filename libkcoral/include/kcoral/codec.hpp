@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -44,15 +45,26 @@ struct ReceivedBody {
   MultipartDigests digests;
 };
 
+// The memory a request's parse takes beyond its body, held in the caller's budget: `hold`
+// is asked for the most that parsing the program part takes (Program::parse_memory_bound)
+// before it is parsed, and its error refuses the request; once it is parsed, `release`
+// gives back all of it but what the request keeps (the program, and its text's copy).
+struct ParseBudget {
+  std::function<Status(std::uint64_t bytes)> hold;
+  std::function<void(std::uint64_t bytes)> release;
+};
+
 // `body` as it was received: a blob whose digest came with it is not hashed again; the
 // blobs are kept as slices of its memfd, the rest of it zeroed, and `body.bytes` is empty
 // afterwards (BlobFile::keep).
 [[nodiscard]] Result<ExecuteRequest> parse_execute_request(std::string_view content_type, ReceivedBody& body,
-                                                           const RequestLimits& limits);
+                                                           const RequestLimits& limits,
+                                                           const ParseBudget& budget = {});
 // The same for a body in memory: it is copied into a BlobFile first, and hashed there.
 [[nodiscard]] Result<ExecuteRequest> parse_execute_request(std::string_view content_type,
                                                            std::string_view body,
-                                                           const RequestLimits& limits);
+                                                           const RequestLimits& limits,
+                                                           const ParseBudget& budget = {});
 
 // A response body's status: its wire word (COMPLETED, FAILED, CACHE_MISS, ERROR), one table.
 enum class ResponseStatus { completed, failed, cache_miss, error };

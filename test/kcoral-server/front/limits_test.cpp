@@ -55,6 +55,21 @@ TEST_CASE("the in-flight budget grants what fits and refuses the rest until rele
   CHECK_FALSE(kcoral::InflightBytes::Reservation(budget).grow_to(101));
 }
 
+TEST_CASE("a reservation gives back part of what it holds, in the tenant's budget too, never more than it holds") {
+  kcoral::InflightBytes server(100), alice(80);
+  kcoral::InflightBytes::Reservation held(server);
+  held.set_tenant(&alice);
+  CHECK(held.grow_to(70));
+  held.give_back(50);
+  CHECK(held.held() == 20);
+  CHECK(server.used() == 20);
+  CHECK(alice.used() == 20);
+  held.give_back(1000);
+  CHECK(held.held() == 0);
+  CHECK(server.used() == 0);
+  CHECK(alice.used() == 0);
+}
+
 TEST_CASE("a tenant's budget bounds its requests within the server's, and says it was the one that refused") {
   kcoral::InflightBytes server(100), alice(60), bob(60);
   kcoral::InflightBytes::Reservation first(server), second(server), third(server);

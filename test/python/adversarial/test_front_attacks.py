@@ -8,6 +8,7 @@ runs beside it and must complete with its own result; then the server must still
   would break the response's JSON, or break the encoder's contract with the executor;
 - small requests naming a large cached blob make the front copy it for each program: the
   copies are held to the in-flight budget;
+- what parsing a program part takes, and what the parsed program keeps, are held there too;
 - a client that never reads a large answer is cut off within seconds;
 - a header folded onto a continuation line (obs-fold) is refused, Content-Length included;
 - a chunk's size line or a trailer without end is refused at the header's limit;
@@ -25,7 +26,7 @@ import time
 import pytest
 from e2e.harness import Server, wait_until
 from e2e.programs import call
-from kcoral import EngineError, Program, ProtocolError, ServerBusy
+from kcoral import EngineError, Program, ProtocolError, RequestTooLarge, ServerBusy
 
 from adversarial.victim import assert_serves, victim_beside
 
@@ -199,6 +200,75 @@ def test_small_requests_naming_a_large_cached_blob_are_held_to_the_budget(start_
     assert len(large) in outcomes
     assert most_held <= 300 * MiB
     assert wait_until(lambda: server.metric("kcoral_inflight_bytes") == 0, 10)
+
+
+COUNT = r'''
+import time
+
+def count(*args):
+    return len(args)
+
+def wait(seconds):
+    time.sleep(seconds)
+'''
+
+
+def peak_rss(server: Server) -> int:
+    """The front's peak resident size so far, in bytes (VmHWM)."""
+    with open(f"/proc/{server.process.pid}/status") as status:
+        return next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmHWM:"))
+
+
+def test_a_program_whose_parse_would_pass_the_budget_is_refused_before_it_is_parsed(start_server):
+    """A run's arguments cost the front dozens of bytes each to parse and to keep (4 million
+    zeros, 8 MB of text: 280 MB at the parse's peak, 170 MB kept while the program waits),
+    and none of it was in its in-flight budget: three of them at once took the front 1 GB
+    past its 256 MiB. Now what parsing may take is held with the body before the parse
+    starts, and a request that can never fit the budget is refused as too large."""
+    server = start_server("--num-workers", "2", "--max-inflight-bytes", str(256 * MiB),
+                          "--max-request-bytes", str(64 * MiB))
+    before = peak_rss(server)
+    program = call(COUNT, "count", *([0] * 4_000_000))
+    outcomes: list[object] = []
+
+    def send() -> None:
+        try:
+            outcomes.append(server.execute(program, read_timeout_s=120).raise_for_error()["out"])
+        except RequestTooLarge as error:
+            outcomes.append(error)
+
+    with victim_beside(server):
+        threads = [threading.Thread(target=send) for _ in range(3)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    assert all(isinstance(outcome, RequestTooLarge) for outcome in outcomes), outcomes
+    assert all("literal arguments" in str(outcome) for outcome in outcomes)
+    assert peak_rss(server) - before < 100 * MiB
+    assert server.execute(call(COUNT, "count", *([0] * 100_000))).raise_for_error()["out"] == 100_000
+    assert wait_until(lambda: server.metric("kcoral_inflight_bytes") == 0, 10)
+
+
+def test_what_a_waiting_program_keeps_is_held_in_the_budget(start_server):
+    """500,000 arguments are 1 MB of text and 20 MB of the front's memory while their
+    program waits for a worker: held in the budget as long as they are kept."""
+    server = start_server("--num-workers", "1")
+    busy = threading.Thread(target=lambda: server.execute(call(COUNT, "wait", 4), read_timeout_s=60))
+    busy.start()
+    assert wait_until(lambda: server.metric("kcoral_workers_busy") == 1, 30)
+    program = call(COUNT, "count", *([0] * 500_000))
+    _, body = program.to_request()
+    results: list[int] = []
+    waiting = threading.Thread(target=lambda: results.append(
+        server.execute(program, read_timeout_s=60).raise_for_error()["out"]))
+    waiting.start()
+    assert wait_until(lambda: server.metric("kcoral_queue_depth") == 1, 30)
+    held = server.metric("kcoral_inflight_bytes")
+    busy.join()
+    waiting.join()
+    assert results == [500_000]
+    assert held >= len(body) + 500_000 * 32, held
 
 
 LARGE_ANSWER = r'''
