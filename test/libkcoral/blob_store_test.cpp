@@ -340,6 +340,26 @@ TEST_CASE("a small slice of a large file is kept as a copy, not by keeping the f
   CHECK(kept->file_size() == small.size());
 }
 
+TEST_CASE("a request's small blobs beside a large one are copied together, a memfd to about 1 MiB") {
+  kcoral::BlobStore store(std::size_t{64} << 20);
+  std::vector<std::string> datas{std::string(std::size_t{3} << 20, 'L')};
+  for (std::size_t i = 0; i < 3000; ++i) datas.push_back(std::to_string(i) + std::string(1000, 's'));
+  store.put_all("alice", one_file(datas));
+  std::set<int> small_files;
+  for (std::size_t i = 1; i < datas.size(); ++i) {
+    auto kept = store.get("alice", kcoral::sha256_hex(datas[i]));
+    REQUIRE(kept.has_value());
+    CHECK(kept->file_size() <= std::size_t{1} << 20);
+    CHECK(std::string_view(reinterpret_cast<const char*>(kept->bytes().data()), kept->size()) == datas[i]);
+    small_files.insert(kept->fd());
+  }
+  CHECK(small_files.size() == 3);  // 3 MB of them; a memfd apiece before
+  auto large = store.get("alice", kcoral::sha256_hex(datas[0]));
+  REQUIRE(large.has_value());
+  CHECK(small_files.count(large->fd()) == 0);  // the large one stays where it came, with no copy
+  CHECK(large->file_size() > datas[0].size());
+}
+
 TEST_CASE("concurrent puts and gets keep the store consistent") {
   kcoral::BlobStore store(1000);
   std::vector<std::thread> threads;

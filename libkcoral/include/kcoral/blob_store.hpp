@@ -94,6 +94,9 @@ class BlobStore {
 
   // `tenant`: whose blob it is; get finds only what put stored for the same tenant.
   void put(std::string_view tenant, const std::string& digest, Blob blob);
+  // put for each of one request's blobs. Those small ones put would copy, each into a memfd
+  // of its own, are copied together instead, about kSharedFileSlack bytes to a memfd.
+  void put_all(std::string_view tenant, BlobMap blobs);
   [[nodiscard]] std::optional<Blob> get(std::string_view tenant, const std::string& digest);
 
   // Asked before resolve makes bytes for one program (copies, blobs read back from disk):
