@@ -112,7 +112,13 @@ int main(int argc, char** argv) {
                  "missing from memory is looked for there before the client is asked for it; it must belong to the "
                  "server's user and be writable by no one else (made 0700 if missing)");
   app.add_option("--disk-cache-bytes", config.disk_cache_bytes,
-                 "Disk for --disk-cache-dir (least recently used first)")
+                 "Disk for --disk-cache-dir (least recently used first); a blob is charged its 4 KiB blocks and "
+                 "one more")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--disk-cache-max-blobs", config.disk_cache_max_blobs,
+                 "Blobs --disk-cache-dir keeps at most (least recently used first); its index takes about 400 "
+                 "bytes of the server's memory a blob")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   app.add_option("--io-threads", config.io_threads, "Threads serving HTTP; 0 = 2 (steps that take long run on threads of their own)")

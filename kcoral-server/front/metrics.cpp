@@ -97,7 +97,9 @@ std::string Metrics::render(const WorkerPool::Load& load, const BlobStore& blobs
   gauge("kcoral_blob_cache_max_blobs", "The blob cache's blob budget.", blobs.limits().blobs);
   gauge("kcoral_blob_cache_max_files", "The blob cache's file (descriptor) budget.", blobs.limits().files);
   if (const DiskBlobCache* disk = blobs.disk()) {
-    gauge("kcoral_disk_cache_bytes", "Bytes of blobs kept on disk (--disk-cache-dir).", disk->size_bytes());
+    gauge("kcoral_disk_cache_bytes",
+          "Disk the blobs kept on disk are charged (--disk-cache-dir): their 4 KiB blocks and one more each.",
+          disk->size_bytes());
     gauge("kcoral_disk_cache_blobs", "Blobs kept on disk.", disk->count());
     gauge("kcoral_disk_cache_max_bytes", "The disk cache's budget.", disk->capacity_bytes());
   }

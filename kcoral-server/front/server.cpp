@@ -270,7 +270,7 @@ Step<EventLogs> open_event_logs(const ServerConfig& config, const Tenants& tenan
 
 Step<std::unique_ptr<DiskBlobCache>> open_disk_cache(const ServerConfig& config) {
   if (config.disk_cache_dir.empty()) return nullptr;
-  auto opened = DiskBlobCache::open(config.disk_cache_dir, config.disk_cache_bytes);
+  auto opened = DiskBlobCache::open(config.disk_cache_dir, config.disk_cache_bytes, config.disk_cache_max_blobs);
   if (!opened) return refuse(2, "--disk-cache-dir: " + opened.error().message);
   return std::move(*opened);
 }

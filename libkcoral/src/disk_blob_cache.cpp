@@ -75,7 +75,13 @@ std::string octal_mode(mode_t mode) {
 
 }  // namespace
 
-Result<std::unique_ptr<DiskBlobCache>> DiskBlobCache::open(std::string directory, std::uint64_t capacity_bytes) {
+std::uint64_t DiskBlobCache::charged(std::uint64_t size) {
+  constexpr std::uint64_t kBlock = 4096;
+  return (size + kBlock - 1) / kBlock * kBlock + kBlock;
+}
+
+Result<std::unique_ptr<DiskBlobCache>> DiskBlobCache::open(std::string directory, std::uint64_t capacity_bytes,
+                                                           std::size_t max_blobs) {
   std::error_code ec;
   if (fs::path parent = fs::path(directory).parent_path(); !parent.empty()) fs::create_directories(parent, ec);
   if (ec || (::mkdir(directory.c_str(), 0700) != 0 && errno != EEXIST))
@@ -105,14 +111,14 @@ Result<std::unique_ptr<DiskBlobCache>> DiskBlobCache::open(std::string directory
                                        std::strerror(errno));
   // Unfinished writes of an earlier run.
   for (const std::string& leftover : names_in(tmp.get())) ::unlinkat(tmp.get(), leftover.c_str(), 0);
-  std::unique_ptr<DiskBlobCache> cache(new DiskBlobCache(std::move(root), std::move(tmp), capacity_bytes));
+  std::unique_ptr<DiskBlobCache> cache(new DiskBlobCache(std::move(root), std::move(tmp), capacity_bytes, max_blobs));
   cache->scan();
   cache->writer_ = std::thread([raw = cache.get()] { raw->write_loop(); });
   return cache;
 }
 
-DiskBlobCache::DiskBlobCache(UniqueFd root, UniqueFd tmp, std::uint64_t capacity_bytes)
-    : root_(std::move(root)), tmp_(std::move(tmp)), capacity_bytes_(capacity_bytes) {}
+DiskBlobCache::DiskBlobCache(UniqueFd root, UniqueFd tmp, std::uint64_t capacity_bytes, std::size_t max_blobs)
+    : root_(std::move(root)), tmp_(std::move(tmp)), capacity_bytes_(capacity_bytes), max_blobs_(max_blobs) {}
 
 DiskBlobCache::~DiskBlobCache() {
   {
@@ -168,20 +174,20 @@ void DiskBlobCache::scan() {
   for (Found& blob : found) {
     lru_.push_back(blob.key);
     entries_.emplace(blob.key, Entry{blob.bytes, std::prev(lru_.end())});
-    size_bytes_ += blob.bytes;
+    size_bytes_ += charged(blob.bytes);
   }
   evict_locked();
 }
 
 void DiskBlobCache::store(std::string_view tenant, const std::string& digest, const Blob& blob) {
-  if (blob.size() > capacity_bytes_ / 4 || !is_sha256_hex(digest)) return;
+  if (charged(blob.size()) > capacity_bytes_ / 4 || !is_sha256_hex(digest)) return;
   std::string key = key_of(tenant, digest);
   {
     std::lock_guard lock(mutex_);
     if (entries_.contains(key)) return;
     // What waits for the disk is memory: at most a quarter of the budget of it.
     if (queued_bytes_ + blob.size() > capacity_bytes_ / 4) return;
-    if (std::any_of(queue_.begin(), queue_.end(), [&](const auto& queued) { return queued.first == key; })) return;
+    if (!queued_.insert(key).second) return;  // a scan of the queue here took 100,000 blobs minutes
     queue_.emplace_back(std::move(key), blob);
     queued_bytes_ += blob.size();
   }
@@ -205,6 +211,7 @@ void DiskBlobCache::write_loop() {
     write(key, blob);
     lock.lock();
     queued_bytes_ -= blob.size();
+    queued_.erase(key);
     writing_ = false;
     changed_.notify_all();
   }
@@ -240,7 +247,7 @@ void DiskBlobCache::write(const std::string& key, const Blob& blob) {
   if (entries_.contains(key)) return;
   lru_.push_front(key);
   entries_.emplace(key, Entry{blob.size(), lru_.begin()});
-  size_bytes_ += blob.size();
+  size_bytes_ += charged(blob.size());
   evict_locked();
 }
 
@@ -289,7 +296,7 @@ std::optional<Blob> DiskBlobCache::load(std::string_view tenant, const std::stri
 }
 
 void DiskBlobCache::evict_locked() {
-  while (size_bytes_ > capacity_bytes_ && !lru_.empty()) {
+  while ((size_bytes_ > capacity_bytes_ || entries_.size() > max_blobs_) && !lru_.empty()) {
     std::string key = lru_.back();
     if (UniqueFd directory = subdirectory(key, /*create=*/false))
       ::unlinkat(directory.get(), digest_of(key).c_str(), 0);
@@ -300,7 +307,7 @@ void DiskBlobCache::evict_locked() {
 void DiskBlobCache::forget_locked(const std::string& key) {
   auto it = entries_.find(key);
   if (it == entries_.end()) return;
-  size_bytes_ -= it->second.bytes;
+  size_bytes_ -= charged(it->second.bytes);
   lru_.erase(it->second.lru);
   entries_.erase(it);
 }

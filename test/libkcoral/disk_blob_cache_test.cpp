@@ -28,8 +28,9 @@ kcoral::Blob blob_of(std::string_view data) {
   return *blob;
 }
 
-std::unique_ptr<kcoral::DiskBlobCache> open_cache(const std::string& directory, std::uint64_t bytes) {
-  auto cache = kcoral::DiskBlobCache::open(directory, bytes);
+std::unique_ptr<kcoral::DiskBlobCache> open_cache(const std::string& directory, std::uint64_t bytes,
+                                                 std::size_t max_blobs = 1024) {
+  auto cache = kcoral::DiskBlobCache::open(directory, bytes, max_blobs);
   REQUIRE_MESSAGE(cache.has_value(), cache.error().message);
   return std::move(*cache);
 }
@@ -66,7 +67,7 @@ std::string path_of(const std::string& directory, const std::string& data, std::
 }
 
 std::string open_error(const std::string& directory) {
-  auto cache = kcoral::DiskBlobCache::open(directory, 1 << 20);
+  auto cache = kcoral::DiskBlobCache::open(directory, 1 << 20, 1024);
   REQUIRE_FALSE(cache.has_value());
   return cache.error().message;
 }
@@ -82,7 +83,7 @@ TEST_CASE("a stored blob comes back after the cache is opened again") {
     auto cache = open_cache(dir.path(), 1 << 20);
     store(*cache, data);
     CHECK(cache->count() == 1);
-    CHECK(cache->size_bytes() == data.size());
+    CHECK(cache->size_bytes() == kcoral::DiskBlobCache::charged(data.size()));
   }
   auto cache = open_cache(dir.path(), 1 << 20);
   CHECK(cache->count() == 1);
@@ -109,16 +110,44 @@ TEST_CASE("a file altered on disk is not returned, and is removed") {
 
 TEST_CASE("the byte budget evicts the least recently used, and a blob over a quarter is not kept") {
   kcoral::test::TempDir dir;
-  auto cache = open_cache(dir.path(), 100);
-  std::string a(25, 'a'), b(25, 'b'), c(25, 'c'), d(25, 'd'), e(25, 'e');
+  const std::uint64_t budget = 4 * kcoral::DiskBlobCache::charged(4096);
+  auto cache = open_cache(dir.path(), budget);
+  std::string a(4096, 'a'), b(4096, 'b'), c(4096, 'c'), d(4096, 'd'), e(4096, 'e');
   for (const std::string& data : {a, b, c, d}) store(*cache, data);
   CHECK(load(*cache, kcoral::sha256_hex(a)).has_value());  // a is now the most recent
   store(*cache, e);
-  CHECK(cache->size_bytes() <= 100);
+  CHECK(cache->size_bytes() <= budget);
   CHECK(load(*cache, kcoral::sha256_hex(a)).has_value());
   CHECK_FALSE(load(*cache, kcoral::sha256_hex(b)).has_value());
-  store(*cache, std::string(26, 'x'));
-  CHECK_FALSE(load(*cache, kcoral::sha256_hex(std::string(26, 'x'))).has_value());
+  store(*cache, std::string(4097, 'x'));
+  CHECK_FALSE(load(*cache, kcoral::sha256_hex(std::string(4097, 'x'))).has_value());
+}
+
+TEST_CASE("a blob is charged its blocks and one more, so that tiny blobs cannot pass the disk's inodes") {
+  CHECK(kcoral::DiskBlobCache::charged(0) == 4096);
+  CHECK(kcoral::DiskBlobCache::charged(8) == 8192);
+  CHECK(kcoral::DiskBlobCache::charged(4096) == 8192);
+  CHECK(kcoral::DiskBlobCache::charged(4097) == 12288);
+  kcoral::test::TempDir dir;
+  auto cache = open_cache(dir.path(), 5 * 8192);
+  for (int i = 0; i < 10; ++i) store(*cache, "tiny " + std::to_string(i));  // 10 bytes of blobs, 80 KiB charged
+  CHECK(cache->count() == 5);
+  CHECK(cache->size_bytes() == 5 * 8192);
+}
+
+TEST_CASE("the blob bound evicts the least recently used, and holds across a reopen") {
+  kcoral::test::TempDir dir;
+  {
+    auto cache = open_cache(dir.path(), 1 << 20, 3);
+    for (const char* data : {"one", "two", "three"}) store(*cache, data);
+    CHECK(load(*cache, kcoral::sha256_hex("one")).has_value());  // now the most recent
+    store(*cache, "four");
+    CHECK(cache->count() == 3);
+    CHECK(load(*cache, kcoral::sha256_hex("one")).has_value());
+    CHECK_FALSE(load(*cache, kcoral::sha256_hex("two")).has_value());
+  }
+  auto cache = open_cache(dir.path(), 1 << 20, 2);
+  CHECK(cache->count() == 2);
 }
 
 TEST_CASE("a BlobStore over a disk cache finds there what memory lost") {

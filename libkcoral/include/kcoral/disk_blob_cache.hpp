@@ -9,9 +9,12 @@
 // (a request never waits for the disk) to a temporary name and renamed into place, so a
 // file under its digest is always whole. A file is read back only if its bytes hash to its
 // name: a damaged or altered file is removed and counts as absent. The directory is
-// bounded in bytes, least recently used first; at open it is scanned, ordered by the
-// files' modification times (touched on each use). Blobs over a quarter of the budget are
-// not kept. Thread-safe.
+// bounded in bytes and in blobs, least recently used first; at open it is scanned, ordered
+// by the files' modification times (touched on each use). A blob is charged what it takes
+// (charged(): its blocks, and a block for its inode, directory entry and place in the
+// index), so that tiny blobs cannot fill the disk's inodes and the index's memory under a
+// budget counted in their bytes. Blobs charged over a quarter of the budget are not kept.
+// Thread-safe.
 //
 // Whoever can write to the directory could plant links in it and have the server write
 // (or read) where they choose, so open refuses a directory not owned by the server's
@@ -21,7 +24,7 @@
 // counts as absent. Blob files directly under DIR/ab/ (kept before blobs had tenants)
 // belong to no known tenant and are removed at open.
 //
-//   auto disk = kcoral::DiskBlobCache::open("/var/cache/kcoral", 16ull << 30);
+//   auto disk = kcoral::DiskBlobCache::open("/var/cache/kcoral", 16ull << 30, 1u << 18);
 //   (*disk)->store("alice", digest, blob);            // queued
 //   std::optional<Blob> again = (*disk)->load("alice", digest);
 #pragma once
@@ -37,6 +40,7 @@
 #include <string_view>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 
 #include "kcoral/blob.hpp"
@@ -47,7 +51,10 @@ namespace kcoral {
 
 class DiskBlobCache {
  public:
-  [[nodiscard]] static Result<std::unique_ptr<DiskBlobCache>> open(std::string directory, std::uint64_t capacity_bytes);
+  [[nodiscard]] static Result<std::unique_ptr<DiskBlobCache>> open(std::string directory, std::uint64_t capacity_bytes,
+                                                                    std::size_t max_blobs);
+  // What a blob of `size` bytes is charged in the budget.
+  [[nodiscard]] static std::uint64_t charged(std::uint64_t size);
   DiskBlobCache(const DiskBlobCache&) = delete;
   DiskBlobCache& operator=(const DiskBlobCache&) = delete;
   ~DiskBlobCache();  // writes what is queued, then stops
@@ -64,7 +71,7 @@ class DiskBlobCache {
   // Waits until every queued blob is written (for tests and shutdown).
   void flush();
 
-  [[nodiscard]] std::uint64_t size_bytes() const;  // of all tenants
+  [[nodiscard]] std::uint64_t size_bytes() const;  // charged, of all tenants
   [[nodiscard]] std::size_t count() const;
   [[nodiscard]] std::uint64_t capacity_bytes() const { return capacity_bytes_; }
 
@@ -74,7 +81,7 @@ class DiskBlobCache {
     std::uint64_t bytes = 0;
     std::list<std::string>::iterator lru;  // front: most recent
   };
-  DiskBlobCache(UniqueFd root, UniqueFd tmp, std::uint64_t capacity_bytes);
+  DiskBlobCache(UniqueFd root, UniqueFd tmp, std::uint64_t capacity_bytes, std::size_t max_blobs);
   void scan();
   void write_loop();
   void write(const std::string& key, const Blob& blob);
@@ -87,12 +94,14 @@ class DiskBlobCache {
   const UniqueFd root_;  // DIR
   const UniqueFd tmp_;   // DIR/tmp, where files are written before their rename
   const std::uint64_t capacity_bytes_;
+  const std::size_t max_blobs_;
   mutable std::mutex mutex_;
   std::condition_variable changed_;
   std::unordered_map<std::string, Entry> entries_;
   std::list<std::string> lru_;
   std::uint64_t size_bytes_ = 0;
   std::deque<std::pair<std::string, Blob>> queue_;
+  std::unordered_set<std::string> queued_;  // queue_'s keys
   std::uint64_t queued_bytes_ = 0;
   bool writing_ = false;
   bool stopping_ = false;

@@ -636,7 +636,7 @@ TEST_CASE("a body of megabytes is admitted on the long-step threads, while the I
 
 TEST_CASE("a small request naming a blob of megabytes on the disk cache is admitted on the long-step threads") {
   kcoral::test::TempDir directory;
-  auto disk = kcoral::DiskBlobCache::open(directory.path(), 64 << 20);
+  auto disk = kcoral::DiskBlobCache::open(directory.path(), 64 << 20, 1024);
   REQUIRE(disk.has_value());
   std::string data(2 << 20, 'd');  // past a quarter of the memory cache: on the disk alone
   Server server({}, disk->get());
