@@ -27,13 +27,18 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     default: {  // a result whose returned values, output or retirement reason are the text, quoted
       std::string quoted = nlohmann::json(text).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
       int field = data[0] % 5;
-      frame = std::string(R"({"type":"result","continues":false,"results":)") + (field == 2 ? quoted : "\"{}\"") +
-              R"(,"stdout":)" + (field == 3 ? quoted : "\"\"") +
+      frame = std::string(R"({"type":"result","continues":false,"stdout":)") + (field == 3 ? quoted : "\"\"") +
               R"(,"stdout_truncated":false,"stderr":"","stderr_truncated":false,"elapsed_ms":0,"part_sizes":[])" +
-              R"(,"retired":)" + (field == 4 ? quoted : "\"\"") + R"(,"multi_stream":false,"part_blobs":[]})";
+              R"(,"retired":)" + (field == 4 ? quoted : "\"\"") + R"(,"multi_stream":false,"part_blobs":[]})" +
+              "\n" + (field == 2 ? text : "{}");  // the values follow the object as they are
     }
   }
   auto message = kcoral::messages::decode(frame, 0);
+  auto moved = kcoral::messages::decode_in_place(std::string(frame), 0);  // a result's values take the buffer
+  KCORAL_INVARIANT(moved.has_value() == message.has_value());
+  if (message && std::holds_alternative<kcoral::messages::RunResult>(*message))
+    KCORAL_INVARIANT(std::get<kcoral::messages::RunResult>(*moved).results ==
+                     std::get<kcoral::messages::RunResult>(*message).results);
   if (!message) {
     KCORAL_INVARIANT(message.error().kind == kcoral::ErrorKind::engine);
     return 0;

@@ -25,7 +25,6 @@ Usage: python fuzz/make_seeds.py [--out fuzz/corpus]
 from __future__ import annotations
 
 import argparse
-import contextlib
 import hashlib
 import inspect
 import json
@@ -166,8 +165,15 @@ ONE_OF_EACH = [
 ]
 
 
+def frame_text(message: dict) -> str:
+    """A message's frame: its object, then a result's values after a newline."""
+    fields = {key: value for key, value in message.items() if key != "results"}
+    text = json.dumps(fields, separators=(",", ":"))
+    return text + "\n" + message["results"] if "results" in message else text
+
+
 def frames() -> dict[str, bytes]:
-    texts = {f"type.{m['type']}.{i}": json.dumps(m, separators=(",", ":")) for i, m in enumerate(ONE_OF_EACH)}
+    texts = {f"type.{m['type']}.{i}": frame_text(m) for i, m in enumerate(ONE_OF_EACH)}
     for path in sorted((ROOT / "test" / "kcoral-server").glob("*/*_test.cpp")):
         for index, text in enumerate(RAW_STRING.findall(path.read_text())):
             if '"type"' in text:
@@ -180,10 +186,9 @@ def returned_values() -> dict[str, bytes]:
     C++ tests, and a few more, each after a byte giving its number of result parts."""
     texts = [message["results"] for message in ONE_OF_EACH if "results" in message]
     for frame in frames().values():
-        with contextlib.suppress(ValueError):
-            results = json.loads(frame[1:]).get("results")
-            if isinstance(results, str):
-                texts.append(results)
+        _, newline, results = frame[1:].decode(errors="replace").partition("\n")
+        if newline:
+            texts.append(results)
     texts += ['{"out":{"type":"integer","value":1' + "0" * 400 + "}}",
               '{"b":{"type":"bytes","part":"return:0","sha256":"' + DIGEST + '"}}',
               '{"a":{"type":"array","value":[{"type":"number","value":1e300},{"type":"null"}]}}']

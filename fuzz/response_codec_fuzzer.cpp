@@ -116,7 +116,7 @@ void fuzz_program_response(FuzzedDataProvider& in) {
   KCORAL_INVARIANT(blobs.has_value());
   result.parts = std::move(*blobs);
 
-  kcoral::EncodedResponse response = kcoral::encode_program_response(request_id, result, timings);
+  kcoral::EncodedResponse response = kcoral::encode_program_response(request_id, kcoral::ProgramResult(result), timings);
   KCORAL_INVARIANT(response.http_status == 200);
   const std::string joined = response.body.joined();
   KCORAL_INVARIANT(joined.size() == response.body.size());

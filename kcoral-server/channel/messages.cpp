@@ -68,7 +68,6 @@ inline constexpr auto kFields<ErrorDetail> =
 template <>
 inline constexpr auto kFields<RunResult> =
     std::tuple{Field{"continues", &RunResult::continues},
-               Field{"results", &RunResult::results},
                Field{"stdout", &RunResult::stdout_text},
                Field{"stdout_truncated", &RunResult::stdout_truncated},
                Field{"stderr", &RunResult::stderr_text},
@@ -248,10 +247,16 @@ std::string encode(const Message& message) {
   Json json = std::visit([](const auto& m) { return fields_to_json(m); }, message);
   json["type"] = std::string(name_of(message));
   // Program output need not be UTF-8: replace what is not, rather than fail the send.
-  return json.dump(-1, ' ', false, Json::error_handler_t::replace);
+  std::string text = json.dump(-1, ' ', false, Json::error_handler_t::replace);
+  if (const auto* result = std::get_if<RunResult>(&message)) text.append("\n").append(result->results);
+  return text;
 }
 
-kcoral::Result<Message> decode(std::string_view text, std::size_t descriptors) {
+namespace {
+
+// The message of a frame's object, `text` up to its first newline; a result's values,
+// what follows, are set by the caller.
+kcoral::Result<Message> decode_object(std::string_view text, std::size_t descriptors, bool has_values) {
   // A message is an object of fields, arrays and one object of fields (an error) at most;
   // what is deeper or more numerous is dropped as it is parsed, so that no frame costs the
   // receiver more than its text plus a bounded tree, and then refused.
@@ -274,9 +279,33 @@ kcoral::Result<Message> decode(std::string_view text, std::size_t descriptors) {
   auto known = std::find(kNames.begin(), kNames.end(), name);
   if (known == kNames.end()) return fail(ErrorKind::engine, "unknown channel message type '" + name.substr(0, 64) + "'");
   auto message = decode_alternative(static_cast<std::size_t>(known - kNames.begin()), json);
+  if (message && std::holds_alternative<RunResult>(*message) != has_values)
+    return fail(ErrorKind::engine, has_values ? "a '" + name + "' message is followed by text"
+                                              : "a 'result' message without its values after it");
   if (message && descriptor_count(*message) != descriptors)
     return fail(ErrorKind::engine, "a '" + name + "' message came with " + std::to_string(descriptors) +
                                        " descriptors instead of " + std::to_string(descriptor_count(*message)));
+  return message;
+}
+
+}  // namespace
+
+kcoral::Result<Message> decode(std::string_view text, std::size_t descriptors) {
+  std::size_t end = text.find('\n');
+  auto message = decode_object(text.substr(0, end), descriptors, end != std::string_view::npos);
+  if (message)
+    if (auto* result = std::get_if<RunResult>(&*message)) result->results = std::string(text.substr(end + 1));
+  return message;
+}
+
+kcoral::Result<Message> decode_in_place(std::string&& text, std::size_t descriptors) {
+  std::size_t end = text.find('\n');
+  auto message = decode_object(std::string_view(text).substr(0, end), descriptors, end != std::string::npos);
+  if (message)
+    if (auto* result = std::get_if<RunResult>(&*message)) {
+      text.erase(0, end + 1);  // in place: no second buffer of the values' size
+      result->results = std::move(text);
+    }
   return message;
 }
 

@@ -2,7 +2,10 @@
 // struct each, and the one table of their type names.
 //
 // A message travels as the JSON object {"type": <type name>, <its fields>} in one Channel
-// frame, with exactly the descriptors it declares (`descriptor_count`). `decode` is
+// frame, with exactly the descriptors it declares (`descriptor_count`); a result's values
+// follow its object after a newline, as they are (RunResult::results: JSON text of up to
+// hundreds of megabytes, which a JSON string would escape and a JSON parser would copy
+// twice more; a newline is always escaped inside the object's JSON). `decode` is
 // strict: an unknown type, a missing field, a field of the wrong type, an unknown field or
 // another number of descriptors is an error, never a default. Which message is valid when
 // is the receiver's business (the front's WorkerHandle and ZygoteHandle keep a state
@@ -169,6 +172,9 @@ inline constexpr std::array<std::string_view, std::variant_size_v<Message>> kNam
 // linear in the text and memory bounded by it: nesting past a message's own and more than
 // a few million values are refused as they are read.
 [[nodiscard]] kcoral::Result<Message> decode(std::string_view text, std::size_t descriptors);
+// The same, with a result's values moved out of `text` rather than copied (the frame's
+// buffer becomes them).
+[[nodiscard]] kcoral::Result<Message> decode_in_place(std::string&& text, std::size_t descriptors);
 
 // Sends a message with its descriptors (their count must be the message's).
 [[nodiscard]] Status send(const Channel& channel, const Message& message, std::span<const int> fds = {});

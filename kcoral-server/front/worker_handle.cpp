@@ -68,10 +68,11 @@ Status send_job(const Channel& channel, const ExecuteJob& job) {
 }
 
 // A frame's message: its text read from its memory file where it was left there
-// (checked again against `max_bytes`), then decoded.
+// (checked again against `max_bytes`), then decoded; a result's values take the text's
+// buffer rather than a copy of it.
 Result<messages::Message> read_message(Frame& frame, std::size_t max_bytes) {
   if (auto read = Channel::read_spilled(frame, max_bytes); !read) return std::unexpected(read.error());
-  return messages::decode(frame.json, frame.fds.size());
+  return messages::decode_in_place(std::move(frame.json), frame.fds.size());
 }
 
 }  // namespace

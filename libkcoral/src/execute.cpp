@@ -66,8 +66,9 @@ ExecuteAnswer answer_execute(std::string_view request_id, Result<ProgramResult> 
   if (outcome && outcome->error && !is_program_kind(outcome->error->kind))
     outcome = fail(outcome->error->kind, outcome->error->message);
   if (!outcome) return {encode_error(request_id, outcome.error()), ResponseStatus::error, outcome.error(), std::nullopt};
-  ExecuteAnswer answer{encode_program_response(request_id, *outcome, timings, gpu_ids),
-                       outcome->completed() ? ResponseStatus::completed : ResponseStatus::failed, std::nullopt, std::nullopt};
+  const ResponseStatus status = outcome->completed() ? ResponseStatus::completed : ResponseStatus::failed;
+  ExecuteAnswer answer{encode_program_response(request_id, std::move(*outcome), timings, gpu_ids), status,
+                       std::nullopt, std::nullopt};
   if (answer.response.body.size() > settings.max_response_bytes) {
     Error too_large{ErrorKind::response_too_large, "the response (" + std::to_string(answer.response.body.size()) +
                                                        " bytes) exceeds the limit of " +

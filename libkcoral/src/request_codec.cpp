@@ -42,11 +42,16 @@ Result<ExecuteRequest> parse_execute_request(std::string_view content_type, Rece
   }
   if (program_part == nullptr) return fail(ErrorKind::parse, "the request has no 'program' part");
 
-  const std::uint64_t parse_bytes = Program::parse_memory_bound(program_part->data);
+  // Beside the program's own: each part's record and digest while the body is parsed, and
+  // then each blob's entries where the request keeps it (its map, its pin, its resolution),
+  // as measured with 100,000 blobs of a few bytes.
+  constexpr std::uint64_t kBytesPerBlob = 768;
+  const std::uint64_t parse_bytes = Program::parse_memory_bound(program_part->data) + parts->size() * kBytesPerBlob;
   if (budget.hold) KCORAL_TRY(budget.hold(parse_bytes));
   auto program = Program::parse(program_part->data, limits.program);
   if (budget.release) {
-    std::uint64_t kept = program ? program->memory_bytes() + program_part->data.size() : 0;
+    std::uint64_t kept =
+        program ? program->memory_bytes() + program_part->data.size() + program->blobs().size() * kBytesPerBlob : 0;
     budget.release(parse_bytes - std::min(parse_bytes, kept));
   }
   if (!program) return std::unexpected(program.error());

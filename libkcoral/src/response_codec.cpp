@@ -47,7 +47,7 @@ EncodedResponse json_response(int status, const Json& body) {
 
 }  // namespace
 
-EncodedResponse encode_program_response(std::string_view request_id, const ProgramResult& result,
+EncodedResponse encode_program_response(std::string_view request_id, ProgramResult&& result,
                                         const ResponseTimings& timings, std::span<const int> gpu_ids) {
   Json head{{"status", to_wire(result.completed() ? ResponseStatus::completed : ResponseStatus::failed)},
             {"request_id", request_id},
@@ -66,12 +66,19 @@ EncodedResponse encode_program_response(std::string_view request_id, const Progr
   if (result.error) tail["error"] = error_object(*result.error);
   // `results_json` is spliced in as the executor wrote it: Python's own JSON encoder made
   // it, and integers wider than 64 bits must reach the client exactly.
-  std::string json = dump(head);
-  json.pop_back();
-  json.append(",\"results\":").append(result.results_json).append(",");
-  json.append(std::string_view(dump(tail)).substr(1));
-
-  if (result.parts.empty()) return {200, "application/json", std::move(json)};
+  std::string before = dump(head);
+  before.pop_back();
+  before.append(",\"results\":");
+  std::string after = dump(tail);
+  after.front() = ',';
+  if (result.parts.empty()) {  // the values as they came, not copied
+    ResponseBody body(std::move(before));
+    body.append(std::move(result.results_json));
+    body.append(std::move(after));
+    return {200, "application/json", std::move(body)};
+  }
+  std::string json = std::move(before);
+  json.append(result.results_json).append(after);
   std::vector<std::string> names;
   names.reserve(result.parts.size());
   std::vector<OutgoingPart> parts{{"result", "application/json", json}};
@@ -91,9 +98,10 @@ EncodedResponse encode_program_response(std::string_view request_id, const Progr
 }
 
 void ResponseBody::append(std::string text) {
+  constexpr std::size_t kJoinedBytes = std::size_t{64} << 10;
   size_ += text.size();
   auto* last = pieces_.empty() ? nullptr : std::get_if<std::string>(&pieces_.back());
-  if (last != nullptr) last->append(text);
+  if (last != nullptr && last->size() + text.size() <= kJoinedBytes) last->append(text);
   else pieces_.emplace_back(std::move(text));
 }
 

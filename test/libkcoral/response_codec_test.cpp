@@ -67,7 +67,7 @@ TEST_CASE("the GPUs a program held follow the lease times as gpu_ids and gpu_cou
 TEST_CASE("results are spliced in verbatim, so integers wider than 64 bits survive") {
   kcoral::ProgramResult result;
   result.results_json = R"({"big":{"type":"integer","value":1180591620717411303424},"f":{"type":"number","value":0.1}})";
-  auto response = kcoral::encode_program_response("r", result, {});
+  auto response = kcoral::encode_program_response("r", kcoral::ProgramResult(result), {});
   CHECK(response.body.joined().find(R"("results":{"big":{"type":"integer","value":1180591620717411303424},)") !=
         std::string::npos);
   CHECK(Json::parse(response.body.joined()).is_object());
@@ -75,7 +75,7 @@ TEST_CASE("results are spliced in verbatim, so integers wider than 64 bits survi
 
 TEST_CASE("an empty result object is still an object") {
   kcoral::ProgramResult result;
-  auto response = kcoral::encode_program_response("r", result, {});
+  auto response = kcoral::encode_program_response("r", kcoral::ProgramResult(result), {});
   CHECK(Json::parse(response.body.joined())["results"] == Json::object());
 }
 
@@ -86,7 +86,7 @@ TEST_CASE("binary parts make the response multipart: result first, then return:N
     REQUIRE(blob.has_value());
     result.parts.push_back(*blob);
   }
-  auto response = kcoral::encode_program_response("rid", result, {});
+  auto response = kcoral::encode_program_response("rid", kcoral::ProgramResult(result), {});
   CHECK(response.http_status == 200);
   REQUIRE(response.content_type.rfind("multipart/form-data; boundary=", 0) == 0);
   const std::string body_text = response.body.joined();  // the parts below are views of it
@@ -116,7 +116,7 @@ TEST_CASE("megabyte parts go out from their blobs, uncopied, and the body they m
     REQUIRE(blob.has_value());
     result.parts.push_back(*blob);
   }
-  auto response = kcoral::encode_program_response("rid", result, {});
+  auto response = kcoral::encode_program_response("rid", kcoral::ProgramResult(result), {});
   // The pieces: text, blob, text, blob, text; each blob piece the part's own memory.
   const auto& pieces = response.body.pieces();
   REQUIRE(pieces.size() == 5);
@@ -135,7 +135,7 @@ TEST_CASE("a failed program adds the error object last, with every protocol fiel
   kcoral::ProgramResult result = completed_result();
   result.error = kcoral::InstructionError{kcoral::ErrorKind::correctness, "AssertionError: no", 3, "run",
                                           "check", "Traceback ...", std::nullopt};
-  auto response = kcoral::encode_program_response("rid", result, {});
+  auto response = kcoral::encode_program_response("rid", kcoral::ProgramResult(result), {});
   CHECK(response.http_status == 200);
   Json body = Json::parse(response.body.joined());
   CHECK(body["status"] == "FAILED");
@@ -155,7 +155,7 @@ TEST_CASE("a failed program adds the error object last, with every protocol fiel
 TEST_CASE("an instruction without an id reports instruction_id null") {
   kcoral::ProgramResult result;
   result.error = kcoral::InstructionError{kcoral::ErrorKind::serialization, "m", 0, "return", std::nullopt, "", {}};
-  Json error = Json::parse(kcoral::encode_program_response("r", result, {}).body.joined())["error"];
+  Json error = Json::parse(kcoral::encode_program_response("r", kcoral::ProgramResult(result), {}).body.joined())["error"];
   CHECK(error.contains("instruction_id"));
   CHECK(error["instruction_id"].is_null());
 }
@@ -165,14 +165,14 @@ TEST_CASE("a gpu_access error adds cuda_call, location and interfered_request_id
   result.error = kcoral::InstructionError{
       kcoral::ErrorKind::gpu_access, "CUDA call in a cpu_only function", 2, "run", "r", "",
       kcoral::GpuAccessDetail{"cudaMalloc", "kernel.py:12", std::string("other-request")}};
-  Json error = Json::parse(kcoral::encode_program_response("r", result, {}).body.joined())["error"];
+  Json error = Json::parse(kcoral::encode_program_response("r", kcoral::ProgramResult(result), {}).body.joined())["error"];
   CHECK(error["kind"] == "gpu_access");
   CHECK(error["cuda_call"] == "cudaMalloc");
   CHECK(error["location"] == "kernel.py:12");
   CHECK(error["interfered_request_id"] == "other-request");
 
   result.error->gpu_access = std::nullopt;
-  Json bare = Json::parse(kcoral::encode_program_response("r", result, {}).body.joined())["error"];
+  Json bare = Json::parse(kcoral::encode_program_response("r", kcoral::ProgramResult(result), {}).body.joined())["error"];
   CHECK(bare["cuda_call"] == "");
   CHECK(bare["location"] == "");
   CHECK(bare["interfered_request_id"].is_null());
@@ -184,7 +184,7 @@ TEST_CASE("other error kinds carry no gpu_access fields") {
     CAPTURE(kcoral::to_wire(kind));
     kcoral::ProgramResult result;
     result.error = kcoral::InstructionError{kind, "m", 0, "upload", "x", "", kcoral::GpuAccessDetail{"a", "b", {}}};
-    Json error = Json::parse(kcoral::encode_program_response("r", result, {}).body.joined())["error"];
+    Json error = Json::parse(kcoral::encode_program_response("r", kcoral::ProgramResult(result), {}).body.joined())["error"];
     CHECK(error["kind"] == std::string(kcoral::to_wire(kind)));
     CHECK_FALSE(error.contains("cuda_call"));
     CHECK_FALSE(error.contains("interfered_request_id"));
@@ -196,7 +196,7 @@ TEST_CASE("captured output that is not UTF-8 is replaced, not thrown on") {
   result.stdout_output = {"ok \xff\xfe end", false};
   result.error = kcoral::InstructionError{kcoral::ErrorKind::runtime, "bad \xc0", 0, "run", "r", "tb \xed\xa0\x80", {}};
   kcoral::EncodedResponse response;
-  CHECK_NOTHROW(response = kcoral::encode_program_response("r", result, {}));
+  CHECK_NOTHROW(response = kcoral::encode_program_response("r", kcoral::ProgramResult(result), {}));
   Json body = Json::parse(response.body.joined());
   std::string out = body["stdout"];
   CHECK(out.rfind("ok ", 0) == 0);

@@ -78,7 +78,9 @@ class ResponseBody {
   using Piece = std::variant<std::string, Blob>;
   ResponseBody() = default;
   ResponseBody(std::string text) { append(std::move(text)); }  // NOLINT: a body of text alone
-  void append(std::string text);  // joined to the text before it, if any
+  // Joined to the text before it while the two make at most 64 KiB: few pieces, and no
+  // large text copied.
+  void append(std::string text);
   void append(Blob blob);
   [[nodiscard]] const std::vector<Piece>& pieces() const { return pieces_; }
   // A piece's bytes, text or blob alike; they live as long as the piece.
@@ -112,8 +114,10 @@ struct ResponseTimings {
 // COMPLETED or FAILED: JSON when there are no binary parts, otherwise multipart with the
 // JSON first as part `result`. `gpu_ids`: the GPUs the program held, by the server's
 // index (`gpu_ids` and `gpu_count` in the response; neither when empty).
+// `result`'s texts are moved into the body (the returned values whole, as a piece of their
+// own: a 256 MiB answer is not copied once more).
 [[nodiscard]] EncodedResponse encode_program_response(std::string_view request_id,
-                                                      const ProgramResult& result,
+                                                      ProgramResult&& result,
                                                       const ResponseTimings& timings,
                                                       std::span<const int> gpu_ids = {});
 [[nodiscard]] EncodedResponse encode_cache_miss(std::string_view request_id,

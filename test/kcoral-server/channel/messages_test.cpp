@@ -177,16 +177,16 @@ TEST_CASE("an error kind the protocol does not name is refused as the frame is r
 TEST_CASE("nesting past a message's own and floods of values are refused as they are read") {
   // A field nested a million deep, or a part table of millions of entries, in frames a
   // hostile worker can send: refused without a tree of their size (nor recursion).
-  const std::string result_head = R"({"type":"result","continues":false,"results":"{}","stdout":"",)"
+  const std::string result_head = R"({"type":"result","continues":false,"stdout":"",)"
                                   R"("stdout_truncated":false,"stderr":"","stderr_truncated":false,"elapsed_ms":0,)";
   for (std::string text : {R"({"type":"progress","index":)" + std::string(1000000, '[') + std::string(1000000, ']') + "}",
                            std::string(R"({"type":"failed","message":{"a":{"b":"c"}}})"),
-                           result_head + R"("part_sizes":[[1]]})",
+                           result_head + R"("part_sizes":[[1]]})" + "\n{}",
                            result_head + R"("part_sizes":[)" + [] {
                              std::string many = "0";
                              for (std::size_t i = 0; i < 3 * messages::kMaxResultParts; ++i) many += ",0";
                              return many;
-                           }() + "]}"}) {
+                           }() + "]}\n{}"}) {
     CAPTURE(text.substr(0, 60));
     auto decoded = messages::decode(text, 0);
     REQUIRE_FALSE(decoded.has_value());
@@ -194,7 +194,8 @@ TEST_CASE("nesting past a message's own and floods of values are refused as they
   }
   // The error object is as deep as a message goes.
   auto failed = messages::decode(result_head + R"("part_sizes":[],"error":{"kind":"runtime","message":"m","index":0,)"
-                                           R"("op":"run","traceback":""},"retired":"","multi_stream":false,"part_blobs":[]})",
+                                           R"("op":"run","traceback":""},"retired":"","multi_stream":false,"part_blobs":[]})"
+                                           "\n{}",
                              0);
   CHECK(failed.has_value());
 }

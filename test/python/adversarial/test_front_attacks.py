@@ -284,6 +284,25 @@ def large(n):
 '''
 
 
+LARGE_TEXT = r'''
+def text(n):
+    return "a" * n
+'''
+
+
+def test_a_large_returned_text_is_held_once_while_it_is_answered(start_server):
+    """A 96 MB string returned took the front four times its size: the worker's frame, the
+    JSON parser's two buffers of the values it unescaped, the answer's copy of them. Now the
+    values follow the result's object in the frame as they are, and become the answer's
+    text without a copy."""
+    server = start_server("--num-workers", "1")
+    before = peak_rss(server)
+    assert len(server.execute(call(LARGE_TEXT, "text", 96_000_000), read_timeout_s=120).raise_for_error()["out"]) \
+        == 96_000_000
+    grown = peak_rss(server) - before
+    assert grown < 1.5 * 96_000_000, grown
+
+
 def test_a_client_that_never_reads_its_answer_is_cut_off_within_seconds(start_server):
     server = start_server("--num-workers", "2", "--min-body-bytes-per-second", str(1 * MiB),
                           "--body-rate-window-seconds", "1")
