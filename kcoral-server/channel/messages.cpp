@@ -304,6 +304,9 @@ kcoral::Result<Message> decode_in_place(std::string&& text, std::size_t descript
   if (message)
     if (auto* result = std::get_if<RunResult>(&*message)) {
       text.erase(0, end + 1);  // in place: no second buffer of the values' size
+      // What the object took (output of up to tens of megabytes) is left over in the
+      // buffer: kept no larger than the values, or 1 MiB (a copy of them costs less).
+      if (text.capacity() - text.size() > std::max(text.size(), std::size_t{1} << 20)) text.shrink_to_fit();
       result->results = std::move(text);
     }
   return message;

@@ -7,6 +7,7 @@
 #include <boost/asio/prefer.hpp>
 #include <algorithm>
 #include <cerrno>
+#include <utility>
 
 #include "kcoral/request_id.hpp"
 
@@ -325,24 +326,31 @@ void HttpSession::run_step(bool takes_long, Step step, Then then) {
   });
 }
 
-// What parsing this request's program takes is held with its body while it parses; more
-// than this request may ever hold is refused as too large, not as busy, for a retry would
-// not help.
-Status HttpSession::hold_parse(std::uint64_t bytes) {
+// What parsing this request's program takes is held with its body while it parses. A
+// program whose own parse of more than 1 MiB passes what this request may ever hold beside
+// its body is refused as too large, not as busy, for a retry would not help; the rest (a
+// small program's parse, the parts' records, the parser's buffers) is held as far as the
+// budget goes, so that a body of --max-request-bytes with a small program passes a budget
+// of that size.
+Status HttpSession::hold_parse(std::uint64_t bytes, std::uint64_t program_bytes) {
+  constexpr std::uint64_t kSmallParse = std::uint64_t{1} << 20;
   std::uint64_t limit = state_.inflight.limit();
   const char* flag = "--max-inflight-bytes";
   if (tenant_ && state_.tenant_inflight.at(*tenant_)->limit() < limit) {
     limit = state_.tenant_inflight.at(*tenant_)->limit();
     flag = "--max-inflight-bytes-per-tenant";
   }
-  if (bytes > limit - std::min(limit, held_.held()))
+  const std::uint64_t body = held_.held();
+  const std::uint64_t room = limit - std::min(limit, body);
+  if (program_bytes > room && program_bytes > kSmallParse)
     return fail(ErrorKind::request_too_large,
-                "parsing this request's program part would take up to " + std::to_string(bytes) +
-                    " bytes of the server's memory, which with its " + std::to_string(held_.held()) +
-                    " bytes passes what one request may hold (" + std::to_string(limit) +
-                    " bytes, " + flag + "); send large data as uploads (bytes or tensors) rather than as "
-                    "literal arguments, whose every value costs the server dozens of bytes");
-  if (!held_.grow_to(held_.held() + bytes)) return std::unexpected(inflight_full());
+                "parsing this request's program part would take up to " + std::to_string(program_bytes) +
+                    " bytes of the server's memory, which with its " + std::to_string(body) +
+                    " bytes passes what one request may hold (" + std::to_string(limit) + " bytes, " + flag +
+                    "); send large data as uploads (bytes or tensors) rather than as literal arguments, whose "
+                    "every value costs the server dozens of bytes");
+  if (!held_.grow_to(body + std::min(bytes, room))) return std::unexpected(inflight_full());
+  parse_held_ = held_.held() - body;
   return {};
 }
 
@@ -356,8 +364,13 @@ void HttpSession::handle(HttpRequest request) {
                                                  : Metrics::Guard::inflight_full);
     return false;
   };
-  holds.parse.hold = [this](std::uint64_t bytes) { return hold_parse(bytes); };
-  holds.parse.release = [this](std::uint64_t bytes) { held_.give_back(bytes); };
+  holds.parse.hold = [this](std::uint64_t bytes, std::uint64_t program_bytes) {
+    return hold_parse(bytes, program_bytes);
+  };
+  holds.parse.keep = [this](std::uint64_t kept) {
+    std::uint64_t parsing = std::exchange(parse_held_, 0);
+    held_.give_back(parsing - std::min(parsing, kept));
+  };
   bool takes_long = admission_takes_long(request);
   unsigned version = request.version();
   bool keep_alive = request.keep_alive();

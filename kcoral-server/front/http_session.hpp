@@ -58,7 +58,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   void on_body(boost::beast::error_code ec, std::size_t bytes);
   [[nodiscard]] bool reserve_body();
   [[nodiscard]] Error inflight_full();
-  [[nodiscard]] Status hold_parse(std::uint64_t bytes);
+  [[nodiscard]] Status hold_parse(std::uint64_t bytes, std::uint64_t program_bytes);
   void handle(HttpRequest request);
   template <class Step, class Then>
   void run_step(bool takes_long, Step step, Then then);
@@ -86,6 +86,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   const bool overflow_;
   std::string peer_;  // the client's address and port
   InflightBytes::Reservation held_;  // this request's bytes, until its response is written
+  std::uint64_t parse_held_ = 0;      // of them, what its program part's parse holds (hold_parse)
   std::optional<std::size_t> tenant_;  // whose request this is, from its header (none: no accepted token)
   std::string address_;              // the client's address alone, for the anonymous pool
   // Held while, on a server with tokens, no request on this connection has shown one.

@@ -117,7 +117,7 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   app.add_option("--disk-cache-max-blobs", config.disk_cache_max_blobs,
-                 "Blobs --disk-cache-dir keeps at most (least recently used first); its index takes about 400 "
+                 "Blobs --disk-cache-dir keeps at most (least recently used first); its index takes about 500 "
                  "bytes of the server's memory a blob")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();

@@ -102,6 +102,8 @@ std::string Metrics::render(const WorkerPool::Load& load, const BlobStore& blobs
           disk->size_bytes());
     gauge("kcoral_disk_cache_blobs", "Blobs kept on disk.", disk->count());
     gauge("kcoral_disk_cache_max_bytes", "The disk cache's budget.", disk->capacity_bytes());
+    gauge("kcoral_disk_cache_max_blobs", "The blobs the disk cache keeps at most (--disk-cache-max-blobs).",
+          disk->max_blobs());
   }
   gauge("kcoral_connections", "Open client connections.", front.connections);
   gauge("kcoral_connections_max", "Connections served at once (--max-connections).", front.max_connections);

@@ -47,7 +47,7 @@ struct ServerConfig {
   std::size_t blob_cache_max_files = 4096;  // descriptors the cache may hold
   std::string disk_cache_dir;               // empty: no disk cache
   std::uint64_t disk_cache_bytes = 16ull << 30;
-  std::size_t disk_cache_max_blobs = std::size_t{1} << 18;  // its index takes about 400 bytes of memory a blob
+  std::size_t disk_cache_max_blobs = std::size_t{1} << 18;  // its index takes about 500 bytes of memory a blob
 
   // Clients (README: Limits). A request's memory, descriptors and time are bounded from
   // its first byte, so that no client, however slow or many, can starve the others.

@@ -117,7 +117,7 @@ void BlobStore::put_all(std::string_view tenant, BlobMap blobs) {
     }
   }
   for (std::size_t first = 0; first < packed.size();) {
-    BlobBuilder copies;
+    BlobBuilder copies(BlobBuilder::kMappableFrom);  // a tensor's pages mappable on their own
     std::size_t last = first, bytes = 0;
     for (; last < packed.size() && bytes + blobs.at(packed[last]).size() <= kSharedFileSlack; ++last) {
       bytes += blobs.at(packed[last]).size();

@@ -185,11 +185,12 @@ void DiskBlobCache::store(std::string_view tenant, const std::string& digest, co
   {
     std::lock_guard lock(mutex_);
     if (entries_.contains(key)) return;
-    // What waits for the disk is memory: at most a quarter of the budget of it.
-    if (queued_bytes_ + blob.size() > capacity_bytes_ / 4) return;
+    // What waits for the disk is memory: at most a quarter of the budget of it, each blob
+    // charged as on the disk, and at most as many blobs as the disk keeps.
+    if (queued_bytes_ + charged(blob.size()) > capacity_bytes_ / 4 || queue_.size() >= max_blobs_) return;
     if (!queued_.insert(key).second) return;  // a scan of the queue here took 100,000 blobs minutes
     queue_.emplace_back(std::move(key), blob);
-    queued_bytes_ += blob.size();
+    queued_bytes_ += charged(blob.size());
   }
   changed_.notify_all();
 }
@@ -210,7 +211,7 @@ void DiskBlobCache::write_loop() {
     lock.unlock();
     write(key, blob);
     lock.lock();
-    queued_bytes_ -= blob.size();
+    queued_bytes_ -= charged(blob.size());
     queued_.erase(key);
     writing_ = false;
     changed_.notify_all();

@@ -71,6 +71,16 @@ std::optional<std::string_view> as_reference(element value) {
   return id;
 }
 
+// The elements of `array`: simdjson counts them up to 0xFFFFFF, and past that its size()
+// stays there.
+std::size_t element_count(array array) {
+  std::size_t count = array.size();
+  if (count < 0xFFFFFF) return count;
+  count = 0;
+  for ([[maybe_unused]] element item : array) ++count;
+  return count;
+}
+
 // Where the string whose text starts at `from` ends: its closing quote, the first not
 // escaped (after an even run of backslashes), or the text's end.
 std::size_t string_end(std::string_view json, std::size_t from) {
@@ -374,7 +384,7 @@ class ProgramValidator {
     run.fn = std::move(*fn);
     if (auto args = obj.at_key("args"); !args.error()) {
       if (!args.value_unsafe().is_array()) return fail(ErrorKind::parse, "'args' must be an array");
-      run.args.reserve(array_of(args.value_unsafe()).size());  // no growth: a run may have millions
+      run.args.reserve(element_count(array_of(args.value_unsafe())));  // no growth: a run may have millions
       for (element arg : array_of(args.value_unsafe())) {
         // Only a top-level argument that is exactly a reference is resolved; anything
         // else, references nested in containers included, is a literal.
@@ -457,14 +467,13 @@ Result<Program> Program::parse(std::string_view json, const ProgramLimits& limit
   return ProgramValidator(limits).run(root);
 }
 
-
 // Counted from the text's tokens, in the order parse takes memory: simdjson's padded copy
 // of the text, its structural index (4 bytes a token or punctuation), its tape (two words
 // a number or container, one a string) and string buffer; the duplicate-key check's views;
 // then the program built of it, whose instructions and arguments are the costly parts:
 // each element of the instructions array (nesting 2) an Instruction and the validator's
-// entries, each element of a run's `args` (nesting 4) an Argument. What is charged at those nestings elsewhere (options, a `$ref` object's key)
-// only makes the bound looser.
+// entries, each element of a run's `args` (nesting 4) an Argument. What is charged at
+// those nestings elsewhere (options, a `$ref` object's key) only makes the bound looser.
 std::uint64_t Program::parse_memory_bound(std::string_view json) {
   constexpr std::uint64_t kPunctuation = 4;                   // `,` `:` `]` `}`: an index entry
   constexpr std::uint64_t kValue = 4 + 16;                    // a scalar or container: index, tape
@@ -475,47 +484,65 @@ std::uint64_t Program::parse_memory_bound(std::string_view json) {
   // The text's copies: simdjson's, its string buffer, the program's strings, and a
   // literal's minified text (built in a buffer that doubles: three times its size at most).
   constexpr std::uint64_t kCopies = 6;
-  constexpr std::uint64_t kFixed = std::uint64_t{1} << 20;  // the parser's own buffers
-  std::uint64_t bytes = kFixed + kCopies * json.size();
+  // A number with a fraction or an exponent is minified as simdjson prints a double, up to
+  // this long however short it was written (`1e14` becomes `100000000000000.0`).
+  constexpr std::uint64_t kPrintedDouble = 32;
+  std::uint64_t bytes = kCopies * json.size();
   std::size_t nesting = 0;
-  bool in_scalar = false;
+  std::size_t scalar_start = 0;
+  bool in_scalar = false, is_double = false;
   auto element_cost = [&]() -> std::uint64_t {
     if (nesting == kArgumentNesting) return kArgument;
     if (nesting == kInstructionNesting) return kInstruction;
     return 0;
   };
+  auto end_scalar = [&](std::size_t end) {
+    if (in_scalar && is_double && end - scalar_start < kPrintedDouble)
+      bytes += kCopies / 2 * (kPrintedDouble - (end - scalar_start));
+    in_scalar = false;
+  };
   for (std::size_t i = 0; i < json.size(); ++i) {
-    bool scalar = false;
-    switch (json[i]) {
+    const char c = json[i];
+    switch (c) {
       case '"':
+        end_scalar(i);
         bytes += kString + element_cost();
         i = string_end(json, i + 1);
         break;
       case '{':
       case '[':
+        end_scalar(i);
         bytes += kValue + element_cost();
         ++nesting;
         break;
       case '}':
       case ']':
+        end_scalar(i);
         bytes += kPunctuation;
         if (nesting > 0) --nesting;
         break;
       case ',':
       case ':':
+        end_scalar(i);
         bytes += kPunctuation;
         break;
       case ' ':
       case '\t':
       case '\n':
       case '\r':
+        end_scalar(i);
         break;
       default:  // a number, true, false, null, or what simdjson refuses (indexed all the same)
-        scalar = true;
-        if (!in_scalar) bytes += kValue + element_cost();
+        if (!in_scalar) {
+          bytes += kValue + element_cost();
+          in_scalar = true;
+          is_double = false;
+          scalar_start = i;
+        }
+        is_double = is_double || c == '.' || c == 'e' || c == 'E';
     }
-    in_scalar = scalar;
   }
+  end_scalar(json.size());
   return bytes;
 }
 

@@ -44,16 +44,18 @@ Result<ExecuteRequest> parse_execute_request(std::string_view content_type, Rece
 
   // Beside the program's own: each part's record and digest while the body is parsed, and
   // then each blob's entries where the request keeps it (its map, its pin, its resolution),
-  // as measured with 100,000 blobs of a few bytes.
+  // as measured with 100,000 blobs of a few bytes. A part over its limit is refused by the
+  // parse at once, as such.
   constexpr std::uint64_t kBytesPerBlob = 768;
-  const std::uint64_t parse_bytes = Program::parse_memory_bound(program_part->data) + parts->size() * kBytesPerBlob;
-  if (budget.hold) KCORAL_TRY(budget.hold(parse_bytes));
-  auto program = Program::parse(program_part->data, limits.program);
-  if (budget.release) {
-    std::uint64_t kept =
-        program ? program->memory_bytes() + program_part->data.size() + program->blobs().size() * kBytesPerBlob : 0;
-    budget.release(parse_bytes - std::min(parse_bytes, kept));
+  constexpr std::uint64_t kParserBuffers = std::uint64_t{1} << 20;
+  if (budget.hold && program_part->data.size() <= limits.program.max_program_bytes) {
+    const std::uint64_t program_bytes = Program::parse_memory_bound(program_part->data);
+    KCORAL_TRY(budget.hold(program_bytes + kParserBuffers + parts->size() * kBytesPerBlob, program_bytes));
   }
+  auto program = Program::parse(program_part->data, limits.program);
+  if (budget.keep)
+    budget.keep(program ? program->memory_bytes() + program_part->data.size() + program->blobs().size() * kBytesPerBlob
+                        : 0);
   if (!program) return std::unexpected(program.error());
 
   std::unordered_set<std::string_view> referenced(program->blobs().begin(), program->blobs().end());

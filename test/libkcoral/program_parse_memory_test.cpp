@@ -114,6 +114,8 @@ TEST_CASE("the bound covers what parsing takes and memory_bytes what the program
       {"a list of zeros", run_with_args("[" + repeated("0") + "]")},
       {"zeros as separate arguments", run_with_args(repeated("0"))},
       {"strings of 16 bytes as separate arguments", run_with_args(repeated(R"("0123456789abcdef")"))},
+      {"a list of 1e14, which minifies to 17 bytes", run_with_args("[" + repeated("1e14") + "]")},
+      {"1e14 as separate arguments", run_with_args(repeated("1e14"))},
       {"empty lists as separate arguments", run_with_args(repeated("[]"))},
       {"an object of numbered keys", run_with_args(numbered_keys())},
       {"lists nested 60 deep", run_with_args(repeated(std::string(58, '[') + std::string(58, ']')))},

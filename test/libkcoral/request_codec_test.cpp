@@ -64,24 +64,25 @@ TEST_CASE("a request yields its program, the program text as sent and the verifi
   CHECK_FALSE(request->blobs.contains(kcoral::sha256_hex("three")));
 }
 
-TEST_CASE("the parse budget holds the parse's bound before the parse, then all but what the program keeps") {
+TEST_CASE("the parse budget is asked for the parse's bound before the parse, then told what the program keeps") {
   const std::string program = R"({"instructions":[{"op":"upload","id":"m","kind":"module","source":"def f(*a): pass"},)"
                               R"({"op":"get_function","id":"f","module":{"$ref":"m"},"name":"f"},)"
                               R"({"op":"run","id":"r","fn":{"$ref":"f"},"args":[0,1,2,[3,4],"five"]}]})";
   auto encoded = Body().program(program).encode();
-  std::uint64_t held = 0, asked = 0;
-  kcoral::ParseBudget budget{[&](std::uint64_t bytes) -> kcoral::Status {
+  std::uint64_t asked = 0, asked_program = 0, kept = 0;
+  kcoral::ParseBudget budget{[&](std::uint64_t bytes, std::uint64_t program_bytes) -> kcoral::Status {
                                asked = bytes;
-                               held += bytes;
+                               asked_program = program_bytes;
                                return {};
                              },
-                             [&](std::uint64_t bytes) { held -= bytes; }};
+                             [&](std::uint64_t bytes) { kept = bytes; }};
   auto request = parse_execute_request(encoded.content_type, encoded.body, {}, budget);
   REQUIRE_MESSAGE(request.has_value(), request.error().message);
-  CHECK(asked > kcoral::Program::parse_memory_bound(program));  // and its parts' records
-  CHECK(held == request->program.memory_bytes() + program.size());
+  CHECK(asked_program == kcoral::Program::parse_memory_bound(program));
+  CHECK(asked > asked_program);  // and its parts' records, the parser's buffers
+  CHECK(kept == request->program.memory_bytes() + program.size());
 
-  kcoral::ParseBudget refusing{[](std::uint64_t) -> kcoral::Status {
+  kcoral::ParseBudget refusing{[](std::uint64_t, std::uint64_t) -> kcoral::Status {
                                  return kcoral::fail(kcoral::ErrorKind::request_too_large, "no room");
                                },
                                [](std::uint64_t) { FAIL("nothing was held"); }};

@@ -45,13 +45,16 @@ struct ReceivedBody {
   MultipartDigests digests;
 };
 
-// The memory a request's parse takes beyond its body, held in the caller's budget: `hold`
-// is asked for the most that parsing the program part takes (Program::parse_memory_bound)
-// before it is parsed, and its error refuses the request; once it is parsed, `release`
-// gives back all of it but what the request keeps (the program, and its text's copy).
+// The memory a request's parse takes beyond its body, held in the caller's budget (both
+// set, or neither). Before the program part is parsed, `hold` is asked for the most it
+// takes: `bytes` in all, of which `program_bytes` are its text's parse
+// (Program::parse_memory_bound) and the rest the parts' records and the parser's own
+// buffers; its error refuses the request. Once it is parsed, `keep` says how much of that
+// the request keeps until it is answered (the program, its text's copy, its blobs'
+// entries): the rest may be given back.
 struct ParseBudget {
-  std::function<Status(std::uint64_t bytes)> hold;
-  std::function<void(std::uint64_t bytes)> release;
+  std::function<Status(std::uint64_t bytes, std::uint64_t program_bytes)> hold;
+  std::function<void(std::uint64_t kept)> keep;
 };
 
 // `body` as it was received: a blob whose digest came with it is not hashed again; the

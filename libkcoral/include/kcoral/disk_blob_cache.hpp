@@ -74,6 +74,7 @@ class DiskBlobCache {
   [[nodiscard]] std::uint64_t size_bytes() const;  // charged, of all tenants
   [[nodiscard]] std::size_t count() const;
   [[nodiscard]] std::uint64_t capacity_bytes() const { return capacity_bytes_; }
+  [[nodiscard]] std::size_t max_blobs() const { return max_blobs_; }
 
  private:
   // Entries are named "<tenant directory>/<digest>".

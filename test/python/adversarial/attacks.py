@@ -90,8 +90,10 @@ def pass_huge_memfd():
             continue
         s = socket.socket(fileno=os.dup(target))
         try:
-            s.sendmsg([b'I{"type":"result","continues":false,"results":"{}","stdout":"","stdout_truncated":false,'
-                       b'"stderr":"","stderr_truncated":false,"elapsed_ms":0,"part_sizes":[68719476736]}'],
+            # A whole result, its values after its object: only the part's size is a lie.
+            s.sendmsg([b'I{"type":"result","continues":false,"stdout":"","stdout_truncated":false,'
+                       b'"stderr":"","stderr_truncated":false,"elapsed_ms":0,"part_sizes":[68719476736],'
+                       b'"retired":"","multi_stream":false,"part_blobs":[]}\n{}'],
                       [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack("i", fd))])
             sent.append(target)
         except OSError:

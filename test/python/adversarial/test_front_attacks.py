@@ -257,6 +257,17 @@ def test_a_program_whose_parse_would_pass_the_budget_is_refused_before_it_is_par
     assert wait_until(lambda: server.metric("kcoral_inflight_bytes") == 0, 10)
 
 
+def test_a_request_as_large_as_the_budget_still_passes_with_a_small_program(start_server):
+    """What parsing takes beside the program's own parse (the parts' records, the parser's
+    buffers) is held only as far as the budget goes: a body of --max-request-bytes passes a
+    budget of that size."""
+    server = start_server("--num-workers", "1", "--max-inflight-bytes", str(64 * MiB),
+                          "--max-request-bytes", str(64 * MiB))
+    data = os.urandom(64 * MiB - 4096)
+    assert server.execute(length_of(data), read_timeout_s=120).raise_for_error()["len0"] == len(data)
+    assert wait_until(lambda: server.metric("kcoral_inflight_bytes") == 0, 10)
+
+
 def test_what_a_waiting_program_keeps_is_held_in_the_budget(start_server):
     """500,000 arguments are 1 MB of text and 20 MB of the front's memory while their
     program waits for a worker: held in the budget as long as they are kept."""
