@@ -24,14 +24,14 @@ import argparse
 import hashlib
 import json
 import os
-import re
 import socket
-import subprocess
 import sys
 import threading
 import time
 import urllib.request
 from pathlib import Path
+
+import server_process
 
 MODULE = "def text(n):\n    return 'a' * n\n\ndef count(*args):\n    return len(args)\n"
 
@@ -85,16 +85,8 @@ def request(shape: str, options: argparse.Namespace) -> tuple[bytes, bytes]:
 
 def measure(server: str, shape: str, options: argparse.Namespace) -> dict[str, object]:
     content_type, body = request(shape, options)
-    process = subprocess.Popen([server, "--port", "0", "--num-workers", "1", "--sandbox", "none"],
-                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                               start_new_session=True)
+    process, port = server_process.start([server, "--port", "0", "--num-workers", "1", "--sandbox", "none"])
     try:
-        port = None
-        for line in process.stdout:  # type: ignore[union-attr]
-            if match := re.search(r"listening on http://[0-9.]+:([0-9]+)", line):
-                port = int(match.group(1))
-                break
-        assert port is not None, "the server did not start"
         time.sleep(1)  # its first worker ready
         counted, done = [0.0], threading.Event()
 
@@ -128,8 +120,7 @@ def measure(server: str, shape: str, options: argparse.Namespace) -> dict[str, o
                 "counted_peak_mb": round(counted[0] / 1e6, 1),
                 "front_cpu_s": round(cpu_seconds(process.pid) - cpu, 2), "wall_s": round(wall, 2)}
     finally:
-        process.terminate()
-        process.wait(timeout=60)
+        server_process.terminate(process)
 
 
 def main() -> None:

@@ -17,13 +17,13 @@ import argparse
 import hashlib
 import json
 import os
-import re
 import socket
-import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
+
+import server_process
 
 
 def shmem_kib() -> int:
@@ -53,15 +53,8 @@ def request_body(mib: int) -> tuple[bytes, bytes]:
 
 
 def measure(server: str, mode: str, boundary: bytes, body: bytes) -> dict[str, float]:
-    process = subprocess.Popen([server, "--port", "0", "--num-workers", "1", "--sandbox", "none"],
-                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    process, port = server_process.start([server, "--port", "0", "--num-workers", "1", "--sandbox", "none"])
     try:
-        port = None
-        for line in process.stdout:  # type: ignore[union-attr]
-            if match := re.search(r"listening on http://[0-9.]+:([0-9]+)", line):
-                port = int(match.group(1))
-                break
-        assert port is not None, "the server did not start"
         base_shmem, peak, stop = shmem_kib(), [0], threading.Event()
 
         def sample() -> None:
@@ -91,8 +84,7 @@ def measure(server: str, mode: str, boundary: bytes, body: bytes) -> dict[str, f
         return {"seconds": seconds, "peak_rss_mb": status_kib(process.pid, "VmHWM") / 1024,
                 "peak_rss_plus_shmem_mb": peak[0] / 1024}
     finally:
-        process.kill()
-        process.wait()
+        server_process.terminate(process)
 
 
 def main() -> None:

@@ -308,8 +308,8 @@ def test_a_large_returned_text_is_held_once_while_it_is_answered(start_server):
     text without a copy."""
     server = start_server("--num-workers", "1")
     before = peak_rss(server)
-    assert len(server.execute(call(LARGE_TEXT, "text", 96_000_000), read_timeout_s=120).raise_for_error()["out"]) \
-        == 96_000_000
+    result = server.execute(call(LARGE_TEXT, "text", 96_000_000), read_timeout_s=120)
+    assert len(result.raise_for_error()["out"]) == 96_000_000
     grown = peak_rss(server) - before
     assert grown < 1.5 * 96_000_000, grown
 
@@ -330,6 +330,15 @@ def test_a_client_that_never_reads_its_answer_is_cut_off_within_seconds(start_se
     assert_serves(server)
 
 
+def read_to_end(sock: socket.socket) -> bytes:
+    """What the server sends until it closes (a reset after its refusal included)."""
+    answer = bytearray()
+    with contextlib.suppress(ConnectionResetError):
+        while chunk := sock.recv(65536):
+            answer += chunk
+    return bytes(answer)
+
+
 # -- what a header may say ---------------------------------------------------------------------
 
 
@@ -341,9 +350,7 @@ def test_a_client_that_never_reads_its_answer_is_cut_off_within_seconds(start_se
 def test_a_folded_header_is_refused(front, folded):
     with socket.create_connection((front.host, front.port), timeout=10) as sock:
         sock.sendall(folded)
-        answer = b""
-        while chunk := sock.recv(65536):
-            answer += chunk
+        answer = read_to_end(sock)
     assert answer.startswith(b"HTTP/1.1 400 "), answer[:200]
     assert b"obs-fold" in answer
     assert front.get("/health").status_code == 200
@@ -363,10 +370,7 @@ def test_a_header_of_thousands_of_fields_is_refused_and_holds_nothing(front):
             sockets.append(sock)
         grown = current_rss(front) - before
         for sock in sockets:
-            answer = b""
-            with contextlib.suppress(ConnectionResetError):
-                while chunk := sock.recv(65536):
-                    answer += chunk
+            answer = read_to_end(sock)
             assert answer.startswith(b"HTTP/1.1 400 "), answer[:300]
             assert b"more than 128 fields" in answer
     finally:
@@ -374,7 +378,8 @@ def test_a_header_of_thousands_of_fields_is_refused_and_holds_nothing(front):
             sock.close()
     assert grown < 60 * MiB, grown
     with socket.create_connection((front.host, front.port), timeout=10) as sock:  # a dozen fields pass
-        sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n" + b"X-A: b\r\n" * 120 + b"\r\n")
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n" + b"X-A: b\r\n" * 120 +
+                     b"\r\n")
         assert sock.recv(65536).startswith(b"HTTP/1.1 200 ")
 
 
@@ -397,10 +402,7 @@ def test_a_chunk_size_line_or_trailer_without_end_is_refused_at_the_header_limit
             for _ in range(128):
                 sock.sendall(filler * (64 << 10))
         sock.shutdown(socket.SHUT_WR)
-        answer = b""
-        with contextlib.suppress(ConnectionResetError):
-            while chunk := sock.recv(65536):
-                answer += chunk
+        answer = read_to_end(sock)
     assert answer.startswith(b"HTTP/1.1 400 "), answer[:300]
     assert b"longer than 65536 bytes" in answer
     assert front.get("/health").status_code == 200
