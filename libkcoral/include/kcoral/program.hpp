@@ -136,8 +136,10 @@ class Program {
 
   // At most the memory `parse` takes for `json` at its peak, counted from the text's
   // tokens in one pass, without allocating: 6 times its size for a module's source, about
-  // 18 for a literal list of small numbers, 40 for as many separate arguments (what it
-  // takes: 3, 16 and 33 times). A server holds this in its budget while it parses.
+  // 18 for a literal list of small integers, 37 for as many separate arguments, up to 35
+  // for numbers that simdjson prints longer than they were written (`1e14`); what it takes:
+  // 3, 16, 33 and 20 times (program_parse_memory_test.cpp). A server holds this in its
+  // budget while it parses, beside the parser's own buffers (about 1 MiB).
   [[nodiscard]] static std::uint64_t parse_memory_bound(std::string_view json);
   // What this program holds in memory, its strings' allocations included.
   [[nodiscard]] std::uint64_t memory_bytes() const;
