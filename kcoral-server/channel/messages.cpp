@@ -291,11 +291,7 @@ kcoral::Result<Message> decode_object(std::string_view text, std::size_t descrip
 }  // namespace
 
 kcoral::Result<Message> decode(std::string_view text, std::size_t descriptors) {
-  std::size_t end = text.find('\n');
-  auto message = decode_object(text.substr(0, end), descriptors, end != std::string_view::npos);
-  if (message)
-    if (auto* result = std::get_if<RunResult>(&*message)) result->results = std::string(text.substr(end + 1));
-  return message;
+  return decode_in_place(std::string(text), descriptors);
 }
 
 kcoral::Result<Message> decode_in_place(std::string&& text, std::size_t descriptors) {
@@ -323,7 +319,7 @@ kcoral::Result<std::optional<Received>> receive(const Channel& channel) {
   auto frame = channel.receive();
   if (!frame) return std::unexpected(frame.error());
   if (!*frame) return std::optional<Received>();
-  auto message = decode((*frame)->json, (*frame)->fds.size());
+  auto message = decode_in_place(std::move((*frame)->json), (*frame)->fds.size());
   if (!message) return std::unexpected(message.error());
   return std::optional<Received>(Received{std::move(*message), std::move((*frame)->fds)});
 }

@@ -173,7 +173,7 @@ inline constexpr std::array<std::string_view, std::variant_size_v<Message>> kNam
 // a few million values are refused as they are read.
 [[nodiscard]] kcoral::Result<Message> decode(std::string_view text, std::size_t descriptors);
 // The same, with a result's values moved out of `text` rather than copied (the frame's
-// buffer becomes them).
+// buffer becomes them): what the front and `receive` use; `decode` copies the text first.
 [[nodiscard]] kcoral::Result<Message> decode_in_place(std::string&& text, std::size_t descriptors);
 
 // Sends a message with its descriptors (their count must be the message's).

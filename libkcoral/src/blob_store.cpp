@@ -105,27 +105,27 @@ void BlobStore::put(std::string_view tenant, const std::string& digest, Blob blo
 
 void BlobStore::put_all(std::string_view tenant, BlobMap blobs) {
   // A request of 100,000 tiny blobs made 100,000 memfds, 33 µs each.
-  std::vector<std::string> packed;
+  std::vector<Blob*> packed;  // those put would copy each on its own
   {
     std::lock_guard lock(mutex_);
     Key key{std::string(tenant), {}};
-    for (const auto& [digest, blob] : blobs) {
+    for (auto& [digest, blob] : blobs) {
       key.digest = digest;
       if (blob.size() < kSharedFileSlack && blob.size() <= limits_.bytes / 4 && keeps_others_alive(blob) &&
           !entries_.contains(key))
-        packed.push_back(digest);
+        packed.push_back(&blob);
     }
   }
   for (std::size_t first = 0; first < packed.size();) {
     BlobBuilder copies(BlobBuilder::kMappableFrom);  // a tensor's pages mappable on their own
     std::size_t last = first, bytes = 0;
-    for (; last < packed.size() && bytes + blobs.at(packed[last]).size() <= kSharedFileSlack; ++last) {
-      bytes += blobs.at(packed[last]).size();
-      if (!copies.append(blobs.at(packed[last]).bytes())) break;
+    for (; last < packed.size() && bytes + packed[last]->size() <= kSharedFileSlack; ++last) {
+      bytes += packed[last]->size();
+      if (!copies.append(packed[last]->bytes())) break;
     }
     auto made = copies.finish();
     // Without them, put copies each on its own, or keeps none.
-    for (std::size_t i = 0; made && i < made->size(); ++i) blobs[packed[first + i]] = std::move((*made)[i]);
+    for (std::size_t i = 0; made && i < made->size(); ++i) *packed[first + i] = std::move((*made)[i]);
     first = std::max(last, first + 1);
   }
   for (auto& [digest, blob] : blobs) put(tenant, digest, std::move(blob));
