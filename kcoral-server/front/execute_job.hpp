@@ -5,10 +5,12 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "inflight_bytes.hpp"
 #include "kcoral/blob.hpp"
 #include "kcoral/blob_store.hpp"
 #include "kcoral/codec.hpp"
@@ -80,6 +82,10 @@ struct ExecuteJob {
   // It ran once on a one-queue worker, and runs (or ran) again on one of CUDA's default
   // queues, because a benchmark() call of it ran on several streams (JobOutcome::multi_stream).
   bool ran_again = false;
+  // Its answer's bytes in the server's in-flight budget (and its tenant's), from the arrival
+  // of the worker's frame that carries them (before a byte of it is read) until the HTTP
+  // session writes the answer and holds it itself. None: not counted (a test's job).
+  std::optional<InflightBytes::Reservation> answer_held;
   // Called exactly once, on the pool's strand, with the job itself; it must hand the
   // response's encoding to another executor (the HTTP session's).
   std::function<void(std::shared_ptr<ExecuteJob>, JobOutcome)> done;

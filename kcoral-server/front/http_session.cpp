@@ -414,7 +414,11 @@ void HttpSession::on_routed(unsigned version, bool keep_alive, RouteResult route
             return finish_execute(*job, std::move(outcome), self->state_, version,
                                   keep_alive && !self->state_.stopping);
           },
-          [self](HttpResponse response) { self->answer_job(std::move(response)); });
+          [self, job](HttpResponse response) {
+            self->answer_job(std::move(response));
+            // The session holds the answer now (at once, or once its watching read ends).
+            job->answer_held.reset();
+          });
     });
   };
   state_.pool.submit(std::move(job));

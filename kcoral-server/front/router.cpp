@@ -143,6 +143,8 @@ RouteResult admit(ExecuteRequestInfo info, ServerState& state, ExecuteRequest pa
   job->client = std::move(info.client);
   job->request_bytes = info.request_bytes;
   job->received = info.received;
+  job->answer_held.emplace(state.inflight);
+  job->answer_held->set_tenant(state.tenant_inflight.at(job->tenant).get());
   return {std::nullopt, std::move(job)};
 }
 

@@ -140,6 +140,7 @@ WorkerHandle::Took WorkerHandle::take_frame() {
     return Took::stop;
   }
   if (!*frame) return Took::nothing;
+  if ((*frame)->text_bytes() >= kLongStepBytes && !hold_answer((*frame)->text_bytes())) return Took::stop;
   // From kLongStepBytes (a large result's values: 200 MB of them take seconds).
   if (long_steps_ != nullptr && (*frame)->text_bytes() >= kLongStepBytes) {
     decode_elsewhere(std::move(**frame));
@@ -152,6 +153,27 @@ WorkerHandle::Took WorkerHandle::take_frame() {
   }
   handle({std::move(*message), std::move((*frame)->fds)});
   return closed_ || state_ == State::gone ? Took::stop : Took::one;
+}
+
+// A frame of kLongStepBytes or more can only be a running program's result (every other
+// message is small): from a worker that runs none, it is a violation, never read. Else its
+// text is held in the job's answer budget before a byte of it is read, so that the answers
+// that several workers send at once are held to --max-inflight-bytes like requests are;
+// one that does not fit now is answered busy, its worker killed, the frame left unread.
+bool WorkerHandle::hold_answer(std::size_t bytes) {
+  if (state_ != State::running) {
+    violation("a frame of " + std::to_string(bytes) + " bytes while it runs no program");
+    return false;
+  }
+  std::optional<InflightBytes::Reservation>& held = job_->answer_held;
+  if (!held || held->grow_to(bytes)) return true;
+  const char* flag = held->tenant_refused() ? "--max-inflight-bytes-per-tenant" : "--max-inflight-bytes";
+  kill_tree();
+  finish(fail(ErrorKind::busy, "the program ran, but its answer of " + std::to_string(bytes) +
+                                   " bytes of returned values and output did not fit in what the server holds "
+                                   "in flight now (" + flag + "); retry later, or return large data as bytes"));
+  let_go();
+  return false;
 }
 
 void WorkerHandle::decode_elsewhere(Frame frame) {

@@ -27,10 +27,14 @@
 // `serialization` at that return. The deadline stops while
 // the program waits for the GPU lease (lease waiting is not the program's time).
 //
-// A frame of a megabyte or more (a large result) is read from its memfd, decoded, and a
-// result's values checked, on the long-step threads, not on the strand that every worker
-// and the queue share: doing that for 200 MB of returned values there held every other
-// program's start for seconds.
+// A frame of a megabyte or more can only be a running program's result: from a worker that
+// runs none it is a violation, unread. Its text is held in the job's answer budget
+// (ExecuteJob::answer_held, the server's in-flight bytes) before it is read, so that
+// answers arriving from many workers at once cannot take the front past its budget; one
+// that does not fit is answered busy (the program ran; retry), its worker killed. It is
+// read from its memfd, decoded, and a result's values checked, on the long-step threads,
+// not on the strand that every worker and the queue share: doing that for 200 MB of
+// returned values there held every other program's start for seconds.
 // The worker's next frames wait meanwhile, and so do its exit notice and a deadline that
 // passes: whatever it sent before them is handled first, as when it was decoded at once.
 // Used on the pool's strand only; lives as long as its pending operations.
@@ -148,6 +152,7 @@ class WorkerHandle : public std::enable_shared_from_this<WorkerHandle> {
   void read();
   void read_turn();
   Took take_frame();
+  [[nodiscard]] bool hold_answer(std::size_t bytes);
   void decode_elsewhere(Frame frame);
   void decoded(Decoded decoded);
   void finish_exit();

@@ -6,7 +6,8 @@
 // result already in the channel when the exit notice comes is still the answer. A frame of
 // megabytes is decoded on the long-step threads while the strand goes on; an exit notice
 // or a deadline that comes meanwhile waits for it, and a frame that is not a message is
-// refused there too. The hostile worker's messages, the GPU lease and context turns, and starts have files of
+// refused there too. Such a frame is held in its job's answer budget before it is read
+// (answered busy when it cannot be), and from a worker that runs no program refused unread. The hostile worker's messages, the GPU lease and context turns, and starts have files of
 // their own (worker_handle_*_test.cpp).
 #include "held_thread_pool.hpp"
 #include "kcoral/sha256.hpp"
@@ -268,6 +269,59 @@ TEST_CASE("a frame of megabytes that is not a message is refused where it is dec
   h.take(make_job());
   h.send_text(std::string(std::size_t{2} << 20, '['));
   CHECK(h.engine_error().find("broke the channel protocol") != std::string::npos);
+  CHECK(h.killed());
+}
+
+TEST_CASE("a result of megabytes is held in its job's answer budget from its arrival until the job lets it go") {
+  HeldThreadPool long_steps;
+  kcoral::InflightBytes budget(std::size_t{16} << 20);
+  Harness h(1, kLargeFrameLimit, std::chrono::seconds(60), {0}, &long_steps.threads);
+  auto job = make_job();
+  job->answer_held.emplace(budget);
+  h.take(job);
+  h.send(large_result());
+  REQUIRE(h.pump([&] { return budget.used() > 0; }));
+  CHECK(budget.used() > (std::size_t{2} << 20));  // before a byte of it is read
+  long_steps.release();
+  REQUIRE(h.pump([&] { return h.outcome.has_value() && h.gone; }));
+  CHECK(h.outcome->result->completed());
+  job.reset();
+  h.run_for(std::chrono::milliseconds(20));  // the cancelled deadline's wait lets its copy go
+  CHECK(budget.used() == 0);
+}
+
+TEST_CASE("a result of megabytes that the in-flight budget cannot hold now is answered busy, unread") {
+  kcoral::InflightBytes budget(std::size_t{4} << 20);
+  kcoral::InflightBytes::Reservation others(budget);
+  REQUIRE(others.grow_to(std::size_t{3} << 20));
+  Harness h(1, kLargeFrameLimit);
+  auto job = make_job();
+  job->answer_held.emplace(budget);
+  h.take(job);
+  h.send(large_result());
+  REQUIRE(h.pump([&] { return h.outcome.has_value() && h.gone; }));
+  REQUIRE_FALSE(h.outcome->result.has_value());
+  CHECK(h.outcome->result.error().kind == kcoral::ErrorKind::busy);
+  CHECK(h.outcome->result.error().message.find("--max-inflight-bytes") != std::string::npos);
+  CHECK(h.killed());
+  job.reset();
+  h.run_for(std::chrono::milliseconds(20));
+  CHECK(budget.used() == std::size_t{3} << 20);
+}
+
+TEST_CASE("a frame of megabytes from a worker that runs no program kills it unread") {
+  // A reused worker between programs, whose `ready` the front would take: padded to 2 MiB,
+  // it is never read.
+  Harness h(2, kLargeFrameLimit);
+  h.take(make_job());
+  messages::RunResult result = completed();
+  result.continues = true;
+  h.send(result);
+  REQUIRE(h.pump([&] { return h.outcome.has_value(); }));
+  REQUIRE(h.handle->state() == WorkerHandle::State::recycling);
+  h.send_text(R"({"type":"ready")" + std::string(std::size_t{2} << 20, ' ') + "}");
+  REQUIRE(h.pump([&] { return h.gone; }));
+  CHECK(h.idle == 1);
   CHECK(h.killed());
 }
 

@@ -9,6 +9,7 @@ runs beside it and must complete with its own result; then the server must still
 - small requests naming a large cached blob make the front copy it for each program: the
   copies are held to the in-flight budget;
 - what parsing a program part takes, and what the parsed program keeps, are held there too;
+- answers arriving from workers are held to the in-flight budget from their arrival;
 - a client that never reads a large answer is cut off within seconds;
 - a header folded onto a continuation line (obs-fold) is refused, Content-Length included;
 - a header of more than 128 fields is refused before it is parsed;
@@ -314,14 +315,41 @@ def test_a_large_returned_text_is_held_once_while_it_is_answered(start_server):
     assert grown < 1.5 * 96_000_000, grown
 
 
-def test_a_client_that_never_reads_its_answer_is_cut_off_within_seconds(start_server):
-    server = start_server("--num-workers", "2", "--min-body-bytes-per-second", str(1 * MiB),
-                          "--body-rate-window-seconds", "1")
-    content_type, body = call(LARGE_ANSWER, "large", 64 * MiB).to_request()
+def send_unread(server: Server, program: Program) -> socket.socket:
+    """Sends `program` on a connection that will take almost nothing of its answer."""
+    content_type, body = program.to_request()
     sock = socket.create_connection((server.host, server.port), timeout=30)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     sock.sendall(f"POST /execute HTTP/1.1\r\nHost: x\r\nContent-Type: {content_type}\r\n"
                  f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+    return sock
+
+
+def test_answers_arriving_from_workers_are_held_to_the_budget(start_server):
+    """A worker's answer was counted in the in-flight budget only once the front wrote it,
+    never refused: answers arriving from several workers at once took the front past its
+    budget by their whole size (a returned value may be --max-response-bytes each). Now an
+    answer is held from the worker's frame's arrival, before a byte of it is read, and one
+    that does not fit is answered busy, with the rest of the server untouched."""
+    limit = 96 * MiB
+    server = start_server("--num-workers", "2", "--max-inflight-bytes", str(limit),
+                          "--max-request-bytes", str(16 * MiB), "--max-response-bytes", str(64 * MiB),
+                          "--body-rate-window-seconds", "60")
+    unread = send_unread(server, call(LARGE_TEXT, "text", 60_000_000))
+    assert wait_until(lambda: server.metric("kcoral_inflight_bytes") >= 60_000_000, 60)
+    with pytest.raises(ServerBusy, match="did not fit in what the server holds in flight"):
+        server.execute(call(LARGE_TEXT, "text", 60_000_000), read_timeout_s=60)
+    assert server.metric("kcoral_inflight_bytes") <= limit
+    unread.close()
+    assert wait_until(lambda: server.metric("kcoral_inflight_bytes") == 0, 30)
+    assert len(server.execute(call(LARGE_TEXT, "text", 60_000_000), read_timeout_s=60)
+               .raise_for_error()["out"]) == 60_000_000
+
+
+def test_a_client_that_never_reads_its_answer_is_cut_off_within_seconds(start_server):
+    server = start_server("--num-workers", "2", "--min-body-bytes-per-second", str(1 * MiB),
+                          "--body-rate-window-seconds", "1")
+    sock = send_unread(server, call(LARGE_ANSWER, "large", 64 * MiB))
     with victim_beside(server):
         # The answer is written, then stalls: the reader takes nothing.
         assert wait_until(lambda: server.metric('kcoral_guard_events_total{event="slow_reader"}') == 1, 30)
