@@ -168,6 +168,7 @@ void HttpSession::on_header(beast::error_code ec) {
   if (is_out_of_memory(ec)) return reject_and_close(no_memory_for_body());
   if (ec) return reject_and_close({ErrorKind::parse, "malformed HTTP request: " + ec.message()});
   const auto& header = parser_->get();
+  header_fields_ = static_cast<std::size_t>(std::distance(header.begin(), header.end()));
   if (overflow_) {
     close_after_write_ = true;
     auto target = header.target();
@@ -232,6 +233,12 @@ void HttpSession::start_body() {
 void HttpSession::read_body() {
   if (beast::error_code ec = parse_buffered_body()) return reject_body(ec);
   if (parser_->is_done()) {
+    // A chunked body's trailer fields join the header's; bounded as those are, though only
+    // once parsed (the trailer's bytes are bounded below while it comes).
+    const auto& fields = parser_->get();
+    if (static_cast<std::size_t>(std::distance(fields.begin(), fields.end())) > header_fields_ + kHeaderFieldLimit)
+      return reject_and_close({ErrorKind::parse, "malformed HTTP request: the trailer has more than " +
+                                                     std::to_string(kHeaderFieldLimit) + " fields"});
     buffer_.shrink_to_fit();
     return handle(parser_->release());
   }

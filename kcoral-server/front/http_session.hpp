@@ -81,6 +81,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   std::optional<boost::beast::http::response_serializer<ResponseBodyType>> serializer_;
   std::function<void(boost::beast::error_code)> sent_;  // what follows the response's write
   std::size_t header_scanned_ = 0;  // bytes of the buffer searched for the header's end
+  std::size_t header_fields_ = 0;   // the request header's, to tell a chunked body's trailer
   std::shared_ptr<boost::beast::http::response<boost::beast::http::empty_body>> continue_;
   ServerState& state_;
   const bool overflow_;

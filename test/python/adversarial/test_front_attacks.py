@@ -436,6 +436,24 @@ def test_a_chunk_size_line_or_trailer_without_end_is_refused_at_the_header_limit
     assert front.get("/health").status_code == 200
 
 
+@pytest.mark.parametrize("fields", [3, 1000])
+def test_a_trailer_of_more_than_128_fields_is_refused(front, fields):
+    """A chunked body's trailer fields join the request's, a node of about 84 bytes each:
+    bounded as the header's are."""
+    content_type, body = call(COUNT, "count", 1, 2).to_request()
+    request = (f"POST /execute HTTP/1.1\r\nHost: x\r\nContent-Type: {content_type}\r\n"
+               f"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n{len(body):x}\r\n").encode()
+    request += body + b"\r\n0\r\n" + b"".join(b"T%d: v\r\n" % i for i in range(fields)) + b"\r\n"
+    with socket.create_connection((front.host, front.port), timeout=30) as sock:
+        sock.sendall(request)
+        answer = read_to_end(sock)
+    if fields <= 128:
+        assert answer.startswith(b"HTTP/1.1 200 "), answer[:300]
+    else:
+        assert answer.startswith(b"HTTP/1.1 400 "), answer[:300]
+        assert b"the trailer has more than 128 fields" in answer
+
+
 # -- who may hold the connections ----------------------------------------------------------------
 
 
