@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <limits>
 #include <numeric>
 #include <vector>
 
@@ -67,12 +68,28 @@ Status send_job(const Channel& channel, const ExecuteJob& job) {
                         text);
 }
 
+// The longest text a worker's message may have. Only a result carries data; the messages a
+// program's run repeats (progress, lease, gpu_access: three an instruction) are a few dozen
+// bytes, and are bounded so that padding them (a worker's memory is the program's to patch)
+// cannot make the front parse megabytes per instruction on the strand every worker shares.
+std::size_t longest_text(const messages::Message& message) {
+  if (std::holds_alternative<messages::RunResult>(message)) return std::numeric_limits<std::size_t>::max();
+  if (std::holds_alternative<messages::Failed>(message)) return std::size_t{64} << 10;  // once, at a start
+  return std::size_t{4} << 10;
+}
+
 // A frame's message: its text read from its memory file where it was left there
 // (checked again against `max_bytes`), then decoded; a result's values take the text's
 // buffer rather than a copy of it.
 Result<messages::Message> read_message(Frame& frame, std::size_t max_bytes) {
   if (auto read = Channel::read_spilled(frame, max_bytes); !read) return std::unexpected(read.error());
-  return messages::decode_in_place(std::move(frame.json), frame.fds.size());
+  const std::size_t bytes = frame.json.size();
+  auto message = messages::decode_in_place(std::move(frame.json), frame.fds.size());
+  if (message && bytes > longest_text(*message))
+    return fail(ErrorKind::engine, "a '" + std::string(messages::name_of(*message)) + "' message of " +
+                                       std::to_string(bytes) + " bytes (at most " +
+                                       std::to_string(longest_text(*message)) + ")");
+  return message;
 }
 
 }  // namespace
@@ -302,7 +319,10 @@ void WorkerHandle::on_gpu_access() {
   if (state_ != State::running) return violation("'gpu_access' without a job");
   if (interfered_request_id_) return;
   // A cpu_only call used a GPU: note whose program held one of the worker's at that moment.
-  if (auto holder = leases_.program_holder(gpus_, pid_)) interfered_request_id_ = events_.request_of(*holder);
+  // Whose program held the GPU is told only to a program of the same tenant.
+  if (auto holder = leases_.program_holder(gpus_, pid_))
+    if (auto other = events_.job_of(*holder); other && other->tenant == job_->tenant)
+      interfered_request_id_ = other->request_id;
 }
 
 void WorkerHandle::on_failed(const std::string& message) {
@@ -571,7 +591,12 @@ void WorkerHandle::let_go() {
   ready_deadline_.cancel();
   boost::system::error_code ignored;
   readable_.close(ignored);
-  channel_ = Channel();  // the child sees its channel close and exits
+  channel_ = Channel();
+  // Killed, not trusted to exit: what it says comes from the program's process, whose code
+  // can be made to send a result (or anything) early and run on, past its timeout, with
+  // its GPU lease given back and its slot another worker's. A worker exits at once after
+  // its last result anyway (_exit, nothing left to run).
+  kill_tree();
   init_turn_asked_ = init_turn_held_ = false;
   (void)leases_.finish(gpus_, pid_);
   events_.gone(shared_from_this());

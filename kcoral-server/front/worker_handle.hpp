@@ -17,15 +17,16 @@
 // the deadline.
 //
 // Invalid means: an unknown or malformed message, one of another state (`ready` while a
-// job runs, say), a progress index outside the program or going back, a lease asked for
-// twice or given back unheld, more messages than the program can explain, or result
-// parts that are not one sealed memfd of the declared size within the job's binary limit
-// (checked by fstat before mapping), or returned values that are not one JSON object
-// naming each part once (returned_values.hpp). The worker's process tree is killed and its
-// job, if any, fails with `engine`; nothing it sent reaches another job. Returned values
-// nested deeper than the protocol carries kill the worker too, and fail its program with
-// `serialization` at that return. The deadline stops while
-// the program waits for the GPU lease (lease waiting is not the program's time).
+// job runs, say), one other than a result longer than 4 KiB (a failure's, 64 KiB), a
+// progress index outside the program or going back, a lease asked for twice or given back
+// unheld, more messages than the program can explain, or result parts that are not one
+// sealed memfd of the declared size within the job's binary limit (checked by fstat before
+// mapping), or returned values that are not one JSON object naming each part once
+// (returned_values.hpp). The worker's process tree is killed and its job, if any, fails
+// with `engine`; nothing it sent reaches another job. Returned values nested deeper than
+// the protocol carries kill the worker too, and fail its program with `serialization` at
+// that return. The deadline stops while the program waits for the GPU lease (lease waiting
+// is not the program's time).
 //
 // A frame of a megabyte or more can only be a running program's result: from a worker that
 // runs none it is a violation, unread. Its text is held in the job's answer budget
@@ -79,8 +80,8 @@ class WorkerHandle : public std::enable_shared_from_this<WorkerHandle> {
     // The job ended, with its result or an error; called once per job.
     std::function<void(const WorkerPtr&, std::shared_ptr<ExecuteJob>, JobOutcome)> finished;
     std::function<void(const WorkerPtr&)> gone;  // dead or let go; it sends nothing more
-    // The request id of the job that the worker `pid` runs, if it runs one.
-    std::function<std::optional<std::string>(pid_t)> request_of;
+    // The job that the worker `pid` runs, if it runs one.
+    std::function<std::shared_ptr<const ExecuteJob>(pid_t)> job_of;
     // The start's milestones (see above); each may be left empty.
     std::function<void(const WorkerPtr&)> alive;
     std::function<void(const WorkerPtr&)> started;  // before its first `idle`

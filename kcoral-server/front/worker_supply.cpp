@@ -105,10 +105,9 @@ void WorkerSupply::on_forked(Process process, UniqueFd channel) {
   }
   WorkerHandle::Events events{
       events_.idle, events_.finished, [this](const WorkerPtr& worker) { on_gone(worker); },
-      [this](pid_t holder) -> std::optional<std::string> {
+      [this](pid_t holder) -> std::shared_ptr<const ExecuteJob> {
         auto it = workers_.find(holder);
-        if (it == workers_.end() || !it->second->job()) return std::nullopt;
-        return it->second->job()->request_id;
+        return it == workers_.end() ? nullptr : it->second->job();
       },
       [this](const WorkerPtr& worker) { on_alive(worker); }, [this](const WorkerPtr& worker) { on_started(worker); },
       [this](const WorkerPtr& worker, const std::string& why, bool timed_out) {

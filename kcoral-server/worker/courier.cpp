@@ -6,7 +6,9 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <sys/eventfd.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -60,6 +62,12 @@ Courier::~Courier() {
 }
 
 void Courier::loop(UniqueFd channel_fd) {
+  // No signal handler runs on this thread: a program's own (installed with ctypes), sent
+  // here with tgkill, would run with this thread's descriptor table, the channel in it.
+  // (The program can still patch what this thread runs: the front trusts nothing it says.)
+  sigset_t all;
+  ::sigfillset(&all);
+  ::pthread_sigmask(SIG_BLOCK, &all, nullptr);
   // From here on this thread's table is its own; keep only the channel and the eventfd.
   Status started;
   if (::unshare(CLONE_FILES) != 0) {

@@ -1,6 +1,7 @@
 // WorkerHandle's GPU protocol: the program lease asked, granted and given back (the deadline
 // waits while it is asked for); a worker of several GPUs gets its context turn at once and
-// leases all of its GPUs together; a gpu_access notes whose program held a GPU; context
+// leases all of its GPUs together; a gpu_access notes whose program held a GPU (only a
+// program of the same tenant's); context
 // turns asked while starting, and ready while holding one kills the worker.
 #include "worker_handle_support.hpp"
 
@@ -71,12 +72,19 @@ TEST_CASE("a worker of several GPUs: its context turn comes at once, its lease i
   CHECK(!h.leases.program_holder({0, 1}, 0).has_value());
 }
 
-TEST_CASE("a gpu_access notes whose program held the GPU") {
+TEST_CASE("a gpu_access notes whose program held the GPU, when it is the same tenant's") {
   Harness h;
+  bool same_tenant = true;
+  SUBCASE("the same tenant's") {}
+  SUBCASE("another tenant's: never named") {
+    same_tenant = false;
+    h.holder->tenant = 1;
+  }
   REQUIRE(h.leases.acquire_program({0}, 1, [] {}).has_value());  // another worker holds it
   h.take(make_job());
   h.send(messages::GpuAccess{});
-  CHECK(interfered_request(h) == "other-request");
+  if (same_tenant) CHECK(interfered_request(h) == "other-request");
+  else CHECK(interfered_request(h) == std::nullopt);
 }
 
 TEST_CASE("context turns: asked while starting, granted, given back before ready") {

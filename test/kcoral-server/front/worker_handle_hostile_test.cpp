@@ -1,8 +1,9 @@
 // WorkerHandle against a hostile worker: every message a worker may not send in its state,
-// every malformed one, every bad result part, a flood of messages, and any message from an
-// idle worker kills the process and fails that job with `engine` (and only that job); a
-// worker of several GPUs killed so gives every one of them back at once; returned values
-// pass as JSON whatever the size of their numbers.
+// every malformed one, every bad result part, a message other than a result padded past a
+// few kilobytes, a flood of messages, and any message from an idle worker kills the
+// process and fails that job with `engine` (and only that job); a worker of several GPUs
+// killed so gives every one of them back at once; returned values pass as JSON whatever
+// the size of their numbers.
 #include "kcoral/sha256.hpp"
 #include "worker_handle_support.hpp"
 
@@ -250,6 +251,16 @@ TEST_CASE("results that are not what they claim kill the worker") {
     h.send(completed({1, ~std::uint64_t{0}}), {parts.get()});
     CHECK(h.engine_error().find("exceed the job's binary limit") != std::string::npos);
   }
+}
+
+TEST_CASE("a message other than a result, padded past its few kilobytes, kills the worker") {
+  // Three of them an instruction: padded to a megabyte each, they would have the front
+  // parse gigabytes on the strand that every worker shares.
+  Harness h;
+  h.take(make_job());
+  h.send_text(R"({"type":"progress","index":0)" + std::string(std::size_t{8} << 10, ' ') + "}");
+  CHECK(h.engine_error().find("a 'progress' message of 8") != std::string::npos);
+  CHECK(h.killed());
 }
 
 TEST_CASE("a worker that floods the front with messages is killed") {

@@ -57,6 +57,12 @@ inline messages::RunResult completed(std::vector<std::uint64_t> part_sizes = {})
   return {false, results + "}", "printed", false, "", false, 1.5, std::move(part_sizes), std::nullopt, ""};
 }
 
+inline std::shared_ptr<kcoral::ExecuteJob> other_job() {
+  auto job = std::make_shared<kcoral::ExecuteJob>();
+  job->request_id = "other-request";
+  return job;
+}
+
 struct Harness {
   boost::asio::io_context io;
   WorkerHandle::Strand strand{boost::asio::make_strand(io)};
@@ -64,6 +70,8 @@ struct Harness {
   kcoral::Channel worker;  // the test is the worker at this end
   pid_t process = -1;      // stands in for the worker's process tree
   std::shared_ptr<WorkerHandle> handle;
+  // The job of whichever other worker holds a GPU (the Events' job_of), tenant 0's.
+  std::shared_ptr<kcoral::ExecuteJob> holder = other_job();
   int idle = 0;
   bool gone = false;
   std::optional<kcoral::JobOutcome> outcome;
@@ -86,7 +94,7 @@ struct Harness {
                                 [this](const kcoral::WorkerPtr&, std::shared_ptr<kcoral::ExecuteJob>,
                                        kcoral::JobOutcome result) { outcome = std::move(result); },
                                 [this](const kcoral::WorkerPtr&) { gone = true; },
-                                [](pid_t) { return std::optional<std::string>("other-request"); },
+                                [this](pid_t) { return std::shared_ptr<const kcoral::ExecuteJob>(holder); },
                                 [this](const kcoral::WorkerPtr&) { ++alive; },
                                 [this](const kcoral::WorkerPtr&) {
                                   CHECK(idle == 0);  // before its first idle

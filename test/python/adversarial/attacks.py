@@ -71,6 +71,42 @@ def channel_takeover():
     return report
 
 
+_SEEN_IN_HANDLER = {}
+
+
+def _on_signal(signum):
+    import threading
+    _SEEN_IN_HANDLER["thread"] = threading.get_native_id()
+    fds = []
+    for fd in os.listdir("/proc/thread-self/fd"):
+        try:
+            fds.append(os.readlink(f"/proc/thread-self/fd/{fd}"))
+        except OSError:  # the listing's own descriptor, closed since
+            pass
+    _SEEN_IN_HANDLER["fds"] = sorted(fds)
+
+
+_HANDLER = ctypes.CFUNCTYPE(None, ctypes.c_int)(_on_signal)
+
+
+def channel_by_signal():
+    """Run a handler of its own on each other thread of the process (tgkill after
+    installing it with ctypes): on the thread that holds the channel in a descriptor table
+    of its own, the handler would see the channel."""
+    import threading
+    me = threading.get_native_id()
+    others = [int(tid) for tid in os.listdir("/proc/self/task") if int(tid) != me]
+    libc.signal(signal.SIGUSR2, _HANDLER)
+    ran_on = []
+    for tid in others:
+        _SEEN_IN_HANDLER.clear()
+        libc.syscall(234, os.getpid(), tid, signal.SIGUSR2)  # tgkill
+        time.sleep(0.3)
+        if _SEEN_IN_HANDLER.get("thread") == tid:
+            ran_on.append({"tid": tid, **_SEEN_IN_HANDLER})
+    return {"threads": len(others), "ran_on": ran_on}
+
+
 def pass_huge_memfd():
     """A 64 GiB (sparse) memfd, passed as a result part on every Unix socket in reach."""
     fd = os.memfd_create("kcoral-blob")

@@ -48,6 +48,18 @@ def test_a_program_cannot_reach_its_channel_to_take_over_another_request(start_m
     assert_serves(server)
 
 
+def test_a_program_cannot_run_a_signal_handler_on_the_thread_that_holds_the_channel(sandboxed):
+    """Signal handlers are the process's: a program's own, sent with tgkill to the thread
+    that holds the channel in a descriptor table of its own, ran there and found the channel
+    in /proc/thread-self/fd (and could forge the program's result, then run on past its
+    timeout). That thread blocks every signal."""
+    with victim_beside(sandboxed):
+        report = attack(sandboxed, "channel_by_signal").raise_for_error()["out"]
+    assert report["threads"] >= 1
+    assert not any("socket:" in str(seen.get("fds")) for seen in report["ran_on"]), report
+    assert_serves(sandboxed)
+
+
 def test_a_huge_memfd_reaches_nothing_and_the_server_lives(sandboxed):
     with victim_beside(sandboxed):
         report = attack(sandboxed, "pass_huge_memfd").raise_for_error()["out"]
