@@ -67,7 +67,26 @@ HttpSession::HttpSession(boost::asio::ip::tcp::socket socket, ServerState& state
   }
 }
 
-HttpSession::~HttpSession() { --state_.connections; }
+HttpSession::~HttpSession() {
+  if (counted_tenant_) --state_.tenant_connections[*counted_tenant_];
+  --state_.connections;
+}
+
+// Counts this connection as its request's tenant's, from the first request that shows a
+// token (a later one with another token moves it). False: that tenant holds its most.
+bool HttpSession::count_tenant_connection() {
+  if (tenant_ == counted_tenant_) return true;
+  if (counted_tenant_) --state_.tenant_connections[*std::exchange(counted_tenant_, std::nullopt)];
+  if (!tenant_) return true;
+  std::atomic<std::size_t>& held = state_.tenant_connections[*tenant_];
+  const std::size_t limit = tenant_connection_limit(state_.config, state_.tenants.size());
+  std::size_t now = held.load();
+  do {
+    if (now >= limit) return false;
+  } while (!held.compare_exchange_weak(now, now + 1));
+  counted_tenant_ = tenant_;
+  return true;
+}
 
 void HttpSession::run() {
   if (state_.tenants.need_tokens()) {
@@ -182,6 +201,14 @@ void HttpSession::on_header(beast::error_code ec) {
   tenant_ = tenant_of(header, state_);
   if (anonymous_.held() && tenant_) anonymous_.leave();
   if (auto refused = check_access(header, state_)) return reject_and_close(*refused);
+  if (!count_tenant_connection()) {
+    state_.metrics.record(Metrics::Guard::tenant_connections_full);
+    return reject_and_close({ErrorKind::busy, "this token's tenant holds " +
+                                                  std::to_string(tenant_connection_limit(state_.config,
+                                                                                         state_.tenants.size())) +
+                                                  " connections, the most one tenant may "
+                                                  "(--max-connections-per-tenant); reuse or close its idle ones"});
+  }
   // Its bytes are its tenant's too (a /health without a token: the server's alone).
   held_.set_tenant(tenant_ ? state_.tenant_inflight.at(*tenant_).get() : nullptr);
   // Reserve before the client is told to send (100-continue) or anything is read.

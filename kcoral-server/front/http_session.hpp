@@ -58,6 +58,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   void on_body(boost::beast::error_code ec, std::size_t bytes);
   [[nodiscard]] bool reserve_body();
   [[nodiscard]] Error inflight_full();
+  [[nodiscard]] bool count_tenant_connection();
   [[nodiscard]] Status hold_parse(std::uint64_t bytes, std::uint64_t program_bytes);
   void handle(HttpRequest request);
   template <class Step, class Then>
@@ -82,6 +83,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   std::function<void(boost::beast::error_code)> sent_;  // what follows the response's write
   std::size_t header_scanned_ = 0;  // bytes of the buffer searched for the header's end
   std::size_t header_fields_ = 0;   // the request header's, to tell a chunked body's trailer
+  std::optional<std::size_t> counted_tenant_;  // whose connection it is counted as (tenant_connections)
   std::shared_ptr<boost::beast::http::response<boost::beast::http::empty_body>> continue_;
   ServerState& state_;
   const bool overflow_;

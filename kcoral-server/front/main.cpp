@@ -160,6 +160,12 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   clients
+      ->add_option("--max-connections-per-tenant", config.max_connections_per_tenant,
+                   "Connections one tenant may hold (from its first request with its token); its next one is "
+                   "answered 503 busy, so that one tenant's idle connections cannot keep the others out (0: all "
+                   "of them on a server of one tenant, else half of --max-connections)")
+      ->capture_default_str();
+  clients
       ->add_option("--max-inflight-bytes", config.max_inflight_bytes,
                    "Request bytes held at once by all requests, from their first body byte to their answer; "
                    "a request that does not fit is answered 503 busy with Retry-After. At least --max-request-bytes")

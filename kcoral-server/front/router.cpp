@@ -340,6 +340,11 @@ std::uint64_t tenant_inflight_limit(const ServerConfig& config, std::size_t tena
   return std::min(config.max_inflight_bytes, std::max(config.max_request_bytes, config.max_inflight_bytes / 2));
 }
 
+std::size_t tenant_connection_limit(const ServerConfig& config, std::size_t tenants) {
+  if (config.max_connections_per_tenant != 0) return config.max_connections_per_tenant;
+  return tenants <= 1 ? config.max_connections : std::max<std::size_t>(1, config.max_connections / 2);
+}
+
 std::vector<std::unique_ptr<InflightBytes>> tenant_budgets(const ServerConfig& config, std::size_t tenants) {
   std::vector<std::unique_ptr<InflightBytes>> budgets;
   for (std::size_t tenant = 0; tenant < tenants; ++tenant)

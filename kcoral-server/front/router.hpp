@@ -35,6 +35,9 @@ using HttpResponse = boost::beast::http::response<ResponseBodyType>;
 // --max-inflight-bytes for a server of one tenant, else half of it and at least
 // --max-request-bytes), by tenant.
 [[nodiscard]] std::uint64_t tenant_inflight_limit(const ServerConfig& config, std::size_t tenants);
+// The connections one tenant may hold: --max-connections-per-tenant, else all of them with
+// one tenant and half with more.
+[[nodiscard]] std::size_t tenant_connection_limit(const ServerConfig& config, std::size_t tenants);
 [[nodiscard]] std::vector<std::unique_ptr<InflightBytes>> tenant_budgets(const ServerConfig& config,
                                                                          std::size_t tenants);
 
@@ -55,6 +58,8 @@ struct ServerState {
   EventLog* event_log = nullptr;             // --log-dir; null: none
   EventLog* anonymous_log = nullptr;         // --log-dir with --token-file: records without a token
   std::atomic<std::size_t> connections{0};  // HttpSessions alive
+  // Each tenant's connections, from the first request that showed its token, by tenant.
+  std::vector<std::atomic<std::size_t>> tenant_connections = std::vector<std::atomic<std::size_t>>(tenants.size());
   InflightBytes inflight{config.max_inflight_bytes};
   // Each tenant's part of `inflight`, by tenant.
   std::vector<std::unique_ptr<InflightBytes>> tenant_inflight = tenant_budgets(config, tenants.size());

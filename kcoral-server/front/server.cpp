@@ -236,10 +236,11 @@ Step<Tenants> load_tenants(const ServerConfig& config) {
     std::string names;
     for (const std::string& name : tenants.names()) names += (names.empty() ? "" : ", ") + name;
     std::fprintf(stderr,
-                 "kcoral-server: %zu tenants (%s), kept apart: each one's blobs, queue and in-flight bytes "
-                 "(%zu programs waiting, %llu bytes at most)\n",
+                 "kcoral-server: %zu tenants (%s), kept apart: each one's blobs, queue, in-flight bytes and "
+                 "connections (%zu programs waiting, %llu bytes, %zu connections at most)\n",
                  tenants.size(), names.c_str(), config.max_queued_per_tenant,
-                 static_cast<unsigned long long>(tenant_inflight_limit(config, tenants.size())));
+                 static_cast<unsigned long long>(tenant_inflight_limit(config, tenants.size())),
+                 tenant_connection_limit(config, tenants.size()));
   }
   boost::system::error_code address_error;
   auto listen_address = boost::asio::ip::make_address(config.host, address_error);

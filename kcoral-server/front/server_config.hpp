@@ -52,6 +52,9 @@ struct ServerConfig {
   // Clients (README: Limits). A request's memory, descriptors and time are bounded from
   // its first byte, so that no client, however slow or many, can starve the others.
   std::size_t max_connections = 4096;
+  // The connections one tenant may hold, from the first request that shows its token (0:
+  // all of them on a server of one tenant, else half of max_connections).
+  std::size_t max_connections_per_tenant = 0;
   std::uint64_t max_inflight_bytes = 1ull << 30;  // request bodies held at once, server-wide
   // Tenants (tenants.hpp): each one's programs waiting for a worker, and its part of
   // max_inflight_bytes (0: all of it with one tenant, else half, at least max_request_bytes).

@@ -59,10 +59,13 @@ EncodedResponse encode_program_response(std::string_view request_id, ProgramResu
     head["gpu_ids"] = std::vector<int>(gpu_ids.begin(), gpu_ids.end());
     head["gpu_count"] = gpu_ids.size();
   }
-  Json tail{{"stdout", result.stdout_output.text},
-            {"stderr", result.stderr_output.text},
-            {"stdout_truncated", result.stdout_output.truncated},
-            {"stderr_truncated", result.stderr_output.truncated}};
+  // The output moves into the JSON that writes it (it may be tens of megabytes): held as
+  // text and as its JSON, never twice as text.
+  Json tail{{"stdout", nullptr}, {"stderr", nullptr}};
+  tail["stdout"] = std::move(result.stdout_output.text);
+  tail["stderr"] = std::move(result.stderr_output.text);
+  tail["stdout_truncated"] = result.stdout_output.truncated;
+  tail["stderr_truncated"] = result.stderr_output.truncated;
   if (result.error) tail["error"] = error_object(*result.error);
   // `results_json` is spliced in as the executor wrote it: Python's own JSON encoder made
   // it, and integers wider than 64 bits must reach the client exactly.
@@ -70,6 +73,7 @@ EncodedResponse encode_program_response(std::string_view request_id, ProgramResu
   before.pop_back();
   before.append(",\"results\":");
   std::string after = dump(tail);
+  tail = nullptr;
   after.front() = ',';
   if (result.parts.empty()) {  // the values as they came, not copied
     ResponseBody body(std::move(before));
@@ -77,8 +81,11 @@ EncodedResponse encode_program_response(std::string_view request_id, ProgramResu
     body.append(std::move(after));
     return {200, "application/json", std::move(body)};
   }
-  std::string json = std::move(before);
-  json.append(result.results_json).append(after);
+  // The values' own buffer becomes the JSON part (it has the room of the worker's frame
+  // they came in, which held as much as `before` and `after` besides): no second copy.
+  std::string json = std::move(result.results_json);
+  json.insert(0, before);
+  json.append(after);
   std::vector<std::string> names;
   names.reserve(result.parts.size());
   std::vector<OutgoingPart> parts{{"result", "application/json", json}};

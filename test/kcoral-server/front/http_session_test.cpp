@@ -46,6 +46,16 @@ namespace {
 
 constexpr auto kWithin = 10s;  // the most any awaited condition may take
 
+// An io_context whose pending handlers (sessions among them) can be destroyed before the
+// state they update is, as the server does at its end.
+class IoContext : public boost::asio::io_context {
+ public:
+  void destroy_pending_handlers() {
+    stop();
+    shutdown();
+  }
+};
+
 // A server's state with the config given (set before the state reads it), an unstarted
 // pool (every program waits), and a listening socket on a free port of 127.0.0.1.
 struct Server {
@@ -57,6 +67,7 @@ struct Server {
     acceptor.bind(endpoint);
     acceptor.listen();
   }
+  ~Server() { io.destroy_pending_handlers(); }
   static kcoral::WorkerPool::Config pool_config() {
     kcoral::WorkerPool::Config config;
     config.tenants = 1;
@@ -66,7 +77,7 @@ struct Server {
   kcoral::ServerConfig config;
   kcoral::Tenants tenants;
   kcoral::BlobStore blobs;
-  boost::asio::io_context io;
+  IoContext io;
   kcoral::WorkerPool pool{io, pool_config()};
   kcoral::Metrics metrics{1};
 #pragma GCC diagnostic push

@@ -253,6 +253,24 @@ TEST_CASE("results that are not what they claim kill the worker") {
   }
 }
 
+TEST_CASE("an error's message and traceback of megabytes are cut to 64 KiB each, saying how much was cut") {
+  Harness h(1, std::size_t{8} << 20);
+  h.take(make_job());
+  messages::RunResult result = completed();
+  const std::string long_text = "\xc3\xa9" + std::string(std::size_t{1} << 20, 'x');
+  result.error = messages::ErrorDetail{kcoral::ErrorKind::runtime, long_text, 2, "run", long_text, std::nullopt,
+                                       std::nullopt, std::nullopt};
+  h.send(result);
+  REQUIRE(h.pump([&] { return h.outcome.has_value(); }));
+  REQUIRE(h.outcome->result.has_value());
+  const kcoral::InstructionError& error = *h.outcome->result->error;
+  for (const std::string* text : {&error.message, &error.traceback}) {
+    CHECK(text->size() < (std::size_t{64} << 10) + 64);
+    CHECK(text->starts_with("\xc3\xa9xxx"));
+    CHECK(text->ends_with("... (" + std::to_string(long_text.size() - (std::size_t{64} << 10)) + " more bytes cut)"));
+  }
+}
+
 TEST_CASE("a message other than a result, padded past its few kilobytes, kills the worker") {
   // Three of them an instruction: padded to a megabyte each, they would have the front
   // parse gigabytes on the strand that every worker shares.

@@ -11,13 +11,17 @@ beside it and must complete with its own result.
   comes free, not after all of them.
 - Past --max-queued-per-tenant and --max-inflight-bytes-per-tenant, a tenant's next request
   is 503 busy with Retry-After and a message saying what to do; the other tenant is served.
+- A tenant keeping idle connections holds at most half of --max-connections; the other
+  tenant still connects and is served.
 - /metrics and the event log name each tenant as the token file does, and never show a
   token; neither does the server's own output.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import http.client
 import json
 import os
 import secrets
@@ -290,6 +294,37 @@ def test_a_tenant_past_its_inflight_bytes_is_refused_503_and_the_other_is_served
     assert metric(server, 'kcoral_guard_events_total{event="tenant_inflight_full"}') == 1
     assert wait_until(lambda: tenant_metric(server, "kcoral_tenant_inflight_bytes", "alice") == 0, 10)
     assert_names_not_tokens(server, log_dir, {"alice", "bob"})
+
+
+def test_one_tenant_cannot_hold_every_connection(start_server, token_file):
+    """Only connections without a token had limits of their own: alice, keeping 16 idle
+    keep-alive connections after one request each, held every slot of a server of 16, and
+    bob's program was refused 503 "too many connections" until her idle timeout. A tenant
+    now holds at most half of them (with two or more tenants)."""
+    server = start_server("--num-workers", "1", "--token-file", str(token_file), "--max-connections", "16")
+    held: list[http.client.HTTPConnection] = []
+    refused: list[str] = []
+    try:
+        for _ in range(16):
+            connection = http.client.HTTPConnection(server.host, server.port, timeout=30)
+            connection.request("GET", "/metrics", headers=auth(ALICE))
+            answer = connection.getresponse()
+            text = answer.read().decode()
+            if answer.status == 200:
+                held.append(connection)
+                continue
+            assert answer.status == 503, text
+            refused.append(json.loads(text)["error"]["message"])
+            connection.close()
+        assert len(held) == 8
+        assert len(refused) == 8 and all("--max-connections-per-tenant" in message for message in refused)
+        with server.client(token=BOB) as bob:
+            assert bob.execute(sleeping(0, b"bob's")).raise_for_error()["out"] == 5
+        assert metric(server, 'kcoral_guard_events_total{event="tenant_connections_full"}', BOB) == 8
+    finally:
+        for connection in held:
+            with contextlib.suppress(OSError):
+                connection.close()
 
 
 def test_metrics_and_the_event_log_name_tenants_and_never_show_a_token(start_server, token_file, tmp_path):
