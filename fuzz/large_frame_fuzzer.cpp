@@ -1,6 +1,6 @@
 // Fuzz target: messages::decode (kcoral-server/channel/messages.cpp) on large frames
-// (large_text.hpp): frames of megabytes, as the text of a frame and as the text fields of a
-// result, nesting a million deep and floods of values among them. It must decode each in
+// (large_text.hpp): frames of megabytes, as the text of a frame, a result's values, output
+// and a text field of its object, nesting a million deep and floods of values among them. It must decode each in
 // time and memory linear in the frame (libFuzzer's -rss_limit_mb catches a frame that
 // costs a tree of its size), without recursion; an accepted message re-encodes to a frame
 // that decodes again.
@@ -24,21 +24,26 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   switch (data[0] % 5) {
     case 0: frame = text; break;  // the frame itself
     case 1: frame = R"({"type":"progress","index":)" + text + "}"; break;
-    default: {  // a result whose returned values, output or retirement reason are the text, quoted
+    default: {  // a result whose returned values or output are the text, or its retirement reason, quoted
       std::string quoted = nlohmann::json(text).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
       int field = data[0] % 5;
-      frame = std::string(R"({"type":"result","continues":false,"stdout":)") + (field == 3 ? quoted : "\"\"") +
-              R"(,"stdout_truncated":false,"stderr":"","stderr_truncated":false,"elapsed_ms":0,"part_sizes":[])" +
+      // The values follow the object as they are, then the output (stdout here).
+      frame = std::string(R"({"type":"result","continues":false,"stdout_bytes":)") +
+              std::to_string(field == 3 ? text.size() : 0) +
+              R"(,"stdout_truncated":false,"stderr_bytes":0,"stderr_truncated":false,"elapsed_ms":0,"part_sizes":[])" +
               R"(,"retired":)" + (field == 4 ? quoted : "\"\"") + R"(,"multi_stream":false,"part_blobs":[]})" +
-              "\n" + (field == 2 ? text : "{}");  // the values follow the object as they are
+              "\n" + (field == 2 ? text : "{}") + (field == 3 ? text : "");
     }
   }
   auto message = kcoral::messages::decode(frame, 0);
   auto moved = kcoral::messages::decode_in_place(std::string(frame), 0);  // a result's values take the buffer
   KCORAL_INVARIANT(moved.has_value() == message.has_value());
-  if (message && std::holds_alternative<kcoral::messages::RunResult>(*message))
-    KCORAL_INVARIANT(std::get<kcoral::messages::RunResult>(*moved).results ==
-                     std::get<kcoral::messages::RunResult>(*message).results);
+  if (message && std::holds_alternative<kcoral::messages::RunResult>(*message)) {
+    const auto& in_place = std::get<kcoral::messages::RunResult>(*moved);
+    const auto& copied = std::get<kcoral::messages::RunResult>(*message);
+    KCORAL_INVARIANT(in_place.results == copied.results && in_place.stdout_text == copied.stdout_text);
+    if (data[0] % 5 == 3) KCORAL_INVARIANT(copied.stdout_text == text && copied.results == "{}");
+  }
   if (!message) {
     KCORAL_INVARIANT(message.error().kind == kcoral::ErrorKind::engine);
     return 0;

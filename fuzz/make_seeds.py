@@ -166,10 +166,14 @@ ONE_OF_EACH = [
 
 
 def frame_text(message: dict) -> str:
-    """A message's frame: its object, then a result's values after a newline."""
-    fields = {key: value for key, value in message.items() if key != "results"}
-    text = json.dumps(fields, separators=(",", ":"))
-    return text + "\n" + message["results"] if "results" in message else text
+    """A message's frame: its object, then a result's values after a newline, then its
+    stdout and stderr (their sizes in the object)."""
+    if "results" not in message:
+        return json.dumps(message, separators=(",", ":"))
+    fields = {key: value for key, value in message.items() if key not in ("results", "stdout", "stderr")}
+    fields.update(stdout_bytes=len(message["stdout"].encode()), stderr_bytes=len(message["stderr"].encode()))
+    return (json.dumps(fields, separators=(",", ":")) + "\n" + message["results"] + message["stdout"]
+            + message["stderr"])
 
 
 def frames() -> dict[str, bytes]:

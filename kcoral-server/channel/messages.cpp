@@ -12,6 +12,12 @@ namespace {
 
 using Json = nlohmann::json;
 
+// A result's output follows its values, after its object, as it is (escaped in the object,
+// tens of megabytes of it cost the receiver's JSON parser three times their size); the
+// object says how long each stream is.
+constexpr std::string_view kStdoutBytes = "stdout_bytes";
+constexpr std::string_view kStderrBytes = "stderr_bytes";
+
 // The values of one message, keys included: room for a result's part tables at their
 // largest (a size and a blob's name a part), or for a program's blob table (four values a
 // blob).
@@ -68,9 +74,7 @@ inline constexpr auto kFields<ErrorDetail> =
 template <>
 inline constexpr auto kFields<RunResult> =
     std::tuple{Field{"continues", &RunResult::continues},
-               Field{"stdout", &RunResult::stdout_text},
                Field{"stdout_truncated", &RunResult::stdout_truncated},
-               Field{"stderr", &RunResult::stderr_text},
                Field{"stderr_truncated", &RunResult::stderr_truncated},
                Field{"elapsed_ms", &RunResult::elapsed_ms},
                Field{"part_sizes", &RunResult::part_sizes},
@@ -246,17 +250,24 @@ std::size_t descriptor_count(const Message& message) {
 std::string encode(const Message& message) {
   Json json = std::visit([](const auto& m) { return fields_to_json(m); }, message);
   json["type"] = std::string(name_of(message));
-  // Program output need not be UTF-8: replace what is not, rather than fail the send.
+  const auto* result = std::get_if<RunResult>(&message);
+  if (result != nullptr) {
+    json[std::string(kStdoutBytes)] = result->stdout_text.size();
+    json[std::string(kStderrBytes)] = result->stderr_text.size();
+  }
+  // An error's text need not be UTF-8: replace what is not, rather than fail the send.
   std::string text = json.dump(-1, ' ', false, Json::error_handler_t::replace);
-  if (const auto* result = std::get_if<RunResult>(&message)) text.append("\n").append(result->results);
+  if (result != nullptr)
+    text.append("\n").append(result->results).append(result->stdout_text).append(result->stderr_text);
   return text;
 }
 
 namespace {
 
-// The message of a frame's object, `text` up to its first newline; a result's values,
-// what follows, are set by the caller.
-kcoral::Result<Message> decode_object(std::string_view text, std::size_t descriptors, bool has_values) {
+// The message of a frame's object, `text` up to its first newline; a result's values and
+// output, what follows, are set by the caller, from the sizes of its output (`output`).
+kcoral::Result<Message> decode_object(std::string_view text, std::size_t descriptors, bool has_values,
+                                      std::pair<std::uint64_t, std::uint64_t>& output) {
   // A message is an object of fields, arrays and one object of fields (an error) at most;
   // what is deeper or more numerous is dropped as it is parsed, so that no frame costs the
   // receiver more than its text plus a bounded tree, and then refused.
@@ -278,6 +289,15 @@ kcoral::Result<Message> decode_object(std::string_view text, std::size_t descrip
   const std::string& name = type->get_ref<const std::string&>();
   auto known = std::find(kNames.begin(), kNames.end(), name);
   if (known == kNames.end()) return fail(ErrorKind::engine, "unknown channel message type '" + name.substr(0, 64) + "'");
+  if (name == "result") {  // its output's sizes, for the caller
+    for (auto [key, size] : {std::pair{kStdoutBytes, &output.first}, std::pair{kStderrBytes, &output.second}}) {
+      auto field = json.find(std::string(key));
+      if (field == json.end() || !field->is_number_unsigned())
+        return fail(ErrorKind::engine, "a 'result' message: '" + std::string(key) + "' must be a non-negative integer");
+      *size = field->get<std::uint64_t>();
+      json.erase(field);
+    }
+  }
   auto message = decode_alternative(static_cast<std::size_t>(known - kNames.begin()), json);
   if (message && std::holds_alternative<RunResult>(*message) != has_values)
     return fail(ErrorKind::engine, has_values ? "a '" + name + "' message is followed by text"
@@ -296,12 +316,19 @@ kcoral::Result<Message> decode(std::string_view text, std::size_t descriptors) {
 
 kcoral::Result<Message> decode_in_place(std::string&& text, std::size_t descriptors) {
   std::size_t end = text.find('\n');
-  auto message = decode_object(std::string_view(text).substr(0, end), descriptors, end != std::string::npos);
+  std::pair<std::uint64_t, std::uint64_t> output{0, 0};
+  auto message = decode_object(std::string_view(text).substr(0, end), descriptors, end != std::string::npos, output);
   if (message)
     if (auto* result = std::get_if<RunResult>(&*message)) {
+      const std::size_t tail = text.size() - end - 1;  // the values, then stdout, then stderr
+      if (output.first > tail || output.second > tail - output.first)
+        return fail(ErrorKind::engine, "a 'result' message: its output is longer than what follows it");
+      result->stderr_text = text.substr(text.size() - output.second);
+      result->stdout_text = text.substr(text.size() - output.second - output.first, output.first);
+      text.resize(text.size() - output.first - output.second);
       text.erase(0, end + 1);  // in place: no second buffer of the values' size
-      // What the object took (output of up to tens of megabytes) is left over in the
-      // buffer: kept no larger than the values, or 1 MiB (a copy of them costs less).
+      // What the object and the output took (tens of megabytes, it may be) is left over in
+      // the buffer: kept no larger than the values, or 1 MiB (a copy of them costs less).
       if (text.capacity() - text.size() > std::max(text.size(), std::size_t{1} << 20)) text.shrink_to_fit();
       result->results = std::move(text);
     }

@@ -3,9 +3,11 @@
 //
 // A message travels as the JSON object {"type": <type name>, <its fields>} in one Channel
 // frame, with exactly the descriptors it declares (`descriptor_count`); a result's values
-// follow its object after a newline, as they are (RunResult::results: JSON text of up to
-// hundreds of megabytes, which a JSON string would escape and a JSON parser would copy
-// twice more; a newline is always escaped inside the object's JSON). `decode` is
+// follow its object after a newline, as they are, then its stdout and its stderr, whose
+// sizes the object gives as `stdout_bytes` and `stderr_bytes` (RunResult::results: JSON
+// text of up to hundreds of megabytes, and output of tens, which a JSON string would
+// escape and a JSON parser would copy twice more; a newline is always escaped inside the
+// object's JSON). `decode` is
 // strict: an unknown type, a missing field, a field of the wrong type, an unknown field or
 // another number of descriptors is an error, never a default. Which message is valid when
 // is the receiver's business (the front's WorkerHandle and ZygoteHandle keep a state

@@ -68,21 +68,6 @@ Status send_job(const Channel& channel, const ExecuteJob& job) {
                         text);
 }
 
-// An error's message and its traceback, each: what a person reads, and not the tens of
-// megabytes a program's exception may carry (each is copied as the answer is encoded).
-constexpr std::size_t kErrorTextBytes = std::size_t{64} << 10;
-
-// `text` cut to at most `limit` bytes, at a character's start, saying how much was cut.
-std::string cut_to(std::string text, std::size_t limit) {
-  if (text.size() <= limit) return text;
-  std::size_t end = limit;
-  while (end > 0 && (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80) --end;  // UTF-8 continuation
-  const std::size_t cut = text.size() - end;
-  text.resize(end);
-  text.append("... (" + std::to_string(cut) + " more bytes cut)");
-  return text;
-}
-
 // The longest text a worker's message may have. Only a result carries data; the messages a
 // program's run repeats (progress, lease, gpu_access: three an instruction) are a few dozen
 // bytes, and are bounded so that padding them (a worker's memory is the program's to patch)
@@ -197,11 +182,12 @@ bool WorkerHandle::hold_answer(std::size_t bytes) {
     violation("a frame of " + std::to_string(bytes) + " bytes while it runs no program");
     return false;
   }
-  // Its text, and its output's once more: the output is held as text beside its JSON while
-  // the answer is encoded (two streams, whose JSON is at most six bytes a byte).
+  // Its text, and its output's twice more: the output is held as text beside its JSON (whose
+  // string may have twice the room it fills) while the answer is encoded (two streams, whose
+  // JSON is at most six bytes a byte).
   const std::uint64_t output = std::min<std::uint64_t>(bytes, 12 * job_->admitted.output_limit_bytes);
   std::optional<InflightBytes::Reservation>& held = job_->answer_held;
-  if (!held || held->grow_to(bytes + output)) return true;
+  if (!held || held->grow_to(bytes + 2 * output)) return true;
   const char* flag = held->tenant_refused() ? "--max-inflight-bytes-per-tenant" : "--max-inflight-bytes";
   kill_tree();
   finish(fail(ErrorKind::busy, "the program ran, but its answer of " + std::to_string(bytes) +
@@ -451,8 +437,9 @@ Result<ProgramResult> WorkerHandle::decode_result(messages::RunResult message, s
     if (e.index > job_->admitted.program.instructions().size()) return fail(ErrorKind::engine, "a result failing past the program's end");
     if (e.cuda_call.has_value() != e.location.has_value())
       return fail(ErrorKind::engine, "a result with half a gpu_access detail");
-    InstructionError error{e.kind,     cut_to(std::move(e.message), kErrorTextBytes), e.index, e.op, e.id,
-                           cut_to(std::move(e.traceback), kErrorTextBytes), std::nullopt};
+    // Cut as the executor cuts them, whatever the worker sent.
+    InstructionError error{e.kind, cut_error_message(std::move(e.message)), e.index,      e.op,
+                           e.id,   cut_traceback(std::move(e.traceback)),    std::nullopt};
     if (e.cuda_call) error.gpu_access = GpuAccessDetail{*e.cuda_call, *e.location, interfered_request_id_};
     result.error = std::move(error);
   }

@@ -78,4 +78,17 @@ ExecuteAnswer answer_execute(std::string_view request_id, Result<ProgramResult> 
   return answer;
 }
 
+std::string cut_error_message(std::string message) {
+  if (message.size() <= kErrorMessageBytes) return message;
+  std::size_t end = kErrorMessageBytes;
+  while (end > 0 && (static_cast<unsigned char>(message[end]) & 0xC0) == 0x80) --end;  // a character's start
+  const std::size_t cut = message.size() - end;
+  message.resize(end);
+  return message + "... (" + std::to_string(cut) + " more bytes cut)";
+}
+
+std::string cut_traceback(std::string traceback) {
+  return traceback.size() <= kTracebackBytes ? traceback : traceback.substr(traceback.size() - kTracebackBytes);
+}
+
 }  // namespace kcoral

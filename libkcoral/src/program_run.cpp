@@ -15,11 +15,6 @@ using cpython::PyRef;
 using cpython::PythonException;
 using Json = nlohmann::ordered_json;
 
-constexpr std::size_t kTracebackBytes = 8192;
-
-std::string tail(std::string text, std::size_t bytes) {
-  return text.size() <= bytes ? text : text.substr(text.size() - bytes);
-}
 
 // A file name that is safe and still recognisable in tracebacks: "my-ops" -> "my_ops".
 std::string sanitized(std::string_view id) {
@@ -508,7 +503,7 @@ PyObject* ProgramRun::value(const Ref& ref) const {
 void ProgramRun::fail(std::size_t index, ErrorKind kind, std::string message, std::string traceback) {
   InstructionError error;
   error.kind = kind;
-  error.message = std::move(message);
+  error.message = cut_error_message(std::move(message));
   error.instruction_index = index;
   if (index < program_.instructions().size()) {
     const Instruction& instruction = program_.instructions()[index];
@@ -517,7 +512,7 @@ void ProgramRun::fail(std::size_t index, ErrorKind kind, std::string message, st
   } else {
     error.instruction_op = "upload";
   }
-  error.traceback = tail(std::move(traceback), kTracebackBytes);
+  error.traceback = cut_traceback(std::move(traceback));
   result_.error = std::move(error);
 }
 

@@ -74,6 +74,7 @@ EncodedResponse encode_program_response(std::string_view request_id, ProgramResu
   before.append(",\"results\":");
   std::string after = dump(tail);
   tail = nullptr;
+  after.shrink_to_fit();  // it grew by doubling: the answer holds what it writes, no more
   after.front() = ',';
   if (result.parts.empty()) {  // the values as they came, not copied
     ResponseBody body(std::move(before));

@@ -4,6 +4,7 @@
 // returns kept and later instructions skipped; on_instruction order; and, through a
 // recording GpuLease, where the lease is taken and dropped (docs/protocol.md "Lease placement").
 #include <chrono>
+#include <cstring>
 #include <thread>
 
 #include "libkcoral/executor_support.hpp"
@@ -74,6 +75,18 @@ TEST_CASE("an exception at a module's top level fails its upload with parse") {
   CHECK(ran.error().message == "KeyError: 'at import'");
   CHECK(ran.error().traceback.rfind("Traceback (most recent call last):\n  File \"", 0) == 0);
   CHECK(ran.error().traceback.find("<kcoral executor>") == std::string::npos);
+}
+
+TEST_CASE("an exception's message of megabytes is cut to its first 64 KiB, saying how much was cut") {
+  ProgramBuilder b;
+  b.upload_module("m", "raise ValueError('\u00e9' + 'x' * (4 << 20))\n");
+  auto ran = run(b);
+  const std::string& message = ran.error().message;
+  CHECK(message.starts_with("ValueError: \xc3\xa9xxx"));
+  CHECK(message.size() < kcoral::kErrorMessageBytes + 64);
+  CHECK(message.ends_with("... (" + std::to_string(std::strlen("ValueError: ") + 2 + (4 << 20) - kcoral::kErrorMessageBytes) +
+                          " more bytes cut)"));
+  CHECK(ran.error().traceback.size() <= kcoral::kTracebackBytes);
 }
 
 TEST_CASE("get_function of a name the module lacks fails with parse") {

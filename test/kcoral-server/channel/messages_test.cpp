@@ -86,12 +86,35 @@ TEST_CASE("the fields come back as they were sent") {
   CHECK(exited.signal == 9);
 }
 
-TEST_CASE("output that is not UTF-8 does not stop a result from being encoded") {
+TEST_CASE("a result's output follows its values as it is, whatever its bytes") {
   messages::RunResult result;
-  result.stdout_text = std::string("ok \xff\xfe end\n");
-  auto decoded = messages::decode(messages::encode(result), 0);
+  result.results = R"({"out":{"type":"str","value":"a\nb"}})";
+  result.stdout_text = std::string("ok \xff\xfe end\n{}\n");
+  result.stderr_text = "\n";
+  std::string text = messages::encode(result);
+  CHECK(text.ends_with("\n" + result.results + result.stdout_text + result.stderr_text));
+  auto decoded = messages::decode_in_place(std::move(text), 0);
   REQUIRE(decoded.has_value());
-  CHECK(std::get<messages::RunResult>(*decoded).stdout_text == "ok \xef\xbf\xbd\xef\xbf\xbd end\n");
+  const auto& back = std::get<messages::RunResult>(*decoded);
+  CHECK(back.results == result.results);
+  CHECK(back.stdout_text == result.stdout_text);
+  CHECK(back.stderr_text == "\n");
+}
+
+TEST_CASE("a result whose output sizes pass what follows its object is refused") {
+  messages::RunResult result;
+  result.stdout_text = "12345";
+  std::string text = messages::encode(result);
+  for (auto [from, to] : {std::pair<std::string, std::string>{R"("stdout_bytes":5)", R"("stdout_bytes":9)"},
+                          {R"("stderr_bytes":0)", R"("stderr_bytes":18446744073709551615)"},
+                          {R"("stderr_bytes":0)", R"("stderr_bytes":-1)"},
+                          {R"("stderr_bytes":0,)", ""}}) {
+    std::string changed = text;
+    REQUIRE(changed.find(from) != std::string::npos);
+    changed.replace(changed.find(from), from.size(), to);
+    CAPTURE(changed);
+    CHECK_FALSE(messages::decode(changed, 0).has_value());
+  }
 }
 
 TEST_CASE("the wire names are unique and name their message") {
@@ -177,8 +200,8 @@ TEST_CASE("an error kind the protocol does not name is refused as the frame is r
 TEST_CASE("nesting past a message's own and floods of values are refused as they are read") {
   // A field nested a million deep, or a part table of millions of entries, in frames a
   // hostile worker can send: refused without a tree of their size (nor recursion).
-  const std::string result_head = R"({"type":"result","continues":false,"stdout":"",)"
-                                  R"("stdout_truncated":false,"stderr":"","stderr_truncated":false,"elapsed_ms":0,)";
+  const std::string result_head = R"({"type":"result","continues":false,"stdout_bytes":0,)"
+                                  R"("stdout_truncated":false,"stderr_bytes":0,"stderr_truncated":false,"elapsed_ms":0,)";
   for (std::string text : {R"({"type":"progress","index":)" + std::string(1000000, '[') + std::string(1000000, ']') + "}",
                            std::string(R"({"type":"failed","message":{"a":{"b":"c"}}})"),
                            result_head + R"("part_sizes":[[1]]})" + "\n{}",

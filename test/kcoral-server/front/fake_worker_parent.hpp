@@ -28,8 +28,14 @@ log.write(f"parent {os.getpid()}\n")
 channel = socket.socket(fileno=3)
 def send(sock, message, fds=()):
     message = dict(message)
-    values = message.pop("results", None)  # a result's values follow its object, after a newline
-    frame = b"I" + json.dumps(message).encode() + (b"" if values is None else b"\n" + values.encode())
+    # A result's values follow its object, after a newline, then its stdout and stderr.
+    values = message.pop("results", None)
+    tail = b""
+    if values is not None:
+        out, err = message.pop("stdout").encode(), message.pop("stderr").encode()
+        message.update(stdout_bytes=len(out), stderr_bytes=len(err))
+        tail = b"\n" + values.encode() + out + err
+    frame = b"I" + json.dumps(message).encode() + tail
     try:
         if fds:
             socket.send_fds(sock, [frame], list(fds))

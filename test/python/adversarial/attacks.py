@@ -127,8 +127,8 @@ def pass_huge_memfd():
         s = socket.socket(fileno=os.dup(target))
         try:
             # A whole result, its values after its object: only the part's size is a lie.
-            s.sendmsg([b'I{"type":"result","continues":false,"stdout":"","stdout_truncated":false,'
-                       b'"stderr":"","stderr_truncated":false,"elapsed_ms":0,"part_sizes":[68719476736],'
+            s.sendmsg([b'I{"type":"result","continues":false,"stdout_bytes":0,"stdout_truncated":false,'
+                       b'"stderr_bytes":0,"stderr_truncated":false,"elapsed_ms":0,"part_sizes":[68719476736],'
                        b'"retired":"","multi_stream":false,"part_blobs":[]}\n{}'],
                       [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack("i", fd))])
             sent.append(target)

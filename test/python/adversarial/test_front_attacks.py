@@ -9,7 +9,8 @@ runs beside it and must complete with its own result; then the server must still
 - small requests naming a large cached blob make the front copy it for each program: the
   copies are held to the in-flight budget;
 - what parsing a program part takes, and what the parsed program keeps, are held there too;
-- answers arriving from workers are held to the in-flight budget from their arrival;
+- answers arriving from workers are held to the in-flight budget from their arrival, their
+  output twice (as text and as JSON), and an error's message and traceback are cut;
 - a client that never reads a large answer is cut off within seconds;
 - a header folded onto a continuation line (obs-fold) is refused, Content-Length included;
 - a header of more than 128 fields is refused before it is parsed;
@@ -344,6 +345,34 @@ def test_answers_arriving_from_workers_are_held_to_the_budget(start_server):
     assert wait_until(lambda: server.metric("kcoral_inflight_bytes") == 0, 30)
     assert len(server.execute(call(LARGE_TEXT, "text", 60_000_000), read_timeout_s=60)
                .raise_for_error()["out"]) == 60_000_000
+
+
+SHOUT = r'''
+import sys
+
+def shout(n):
+    sys.stdout.write("a" * n)
+    sys.stdout.flush()
+    raise ValueError("x" * n)
+'''
+
+
+def test_a_large_output_and_error_are_held_in_the_budget_and_copied_once(start_server):
+    """32 MiB of output took the front five times its size as the answer was made (the
+    frame, the JSON parser's buffers, the answer's own copy of the text, its JSON), and the
+    budget counted it once; an exception's 32 MB message came back whole, costing as much.
+    Now the output follows the values in the worker's frame, unescaped, and moves into the
+    JSON that writes it: three times its size at the peak, all of it held in the budget
+    from the frame's arrival; and an error's message is cut to 64 KiB where it is made (and
+    again in the front)."""
+    server = start_server("--num-workers", "1", "--max-output-limit-bytes", str(64 * MiB))
+    before = peak_rss(server)
+    result = server.execute(call(SHOUT, "shout", 32 * MiB), read_timeout_s=120, output_limit_bytes=32 * MiB)
+    assert len(result.stdout) == 32 * MiB
+    assert result.error is not None and len(result.error["message"]) < 65 * 1024
+    assert result.error["message"].endswith(" more bytes cut)")
+    grown = peak_rss(server) - before
+    assert grown < 3.6 * 32 * MiB, grown  # it was 6.1 times
 
 
 def test_a_client_that_never_reads_its_answer_is_cut_off_within_seconds(start_server):
