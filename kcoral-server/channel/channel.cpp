@@ -17,7 +17,6 @@ namespace {
 constexpr std::size_t kInlineBytes = 48 * 1024;  // below the default socket buffer
 constexpr char kInline = 'I';
 constexpr char kSpilled = 'F';
-constexpr int kSendWaitMs = 30000;
 
 Result<UniqueFd> spill(std::string_view text) {
   UniqueFd fd(::memfd_create("kcoral-message", MFD_CLOEXEC));
@@ -101,7 +100,7 @@ Status Channel::send(std::string_view json, const std::vector<int>& fds) const {
     if (errno == EINTR) continue;
     // A non-blocking socket whose buffer is full (many blobs at once): the peer reads
     // eagerly, so wait for room, but not for ever.
-    if ((errno == EAGAIN || errno == EWOULDBLOCK) && waited_ms < kSendWaitMs) {
+    if ((errno == EAGAIN || errno == EWOULDBLOCK) && waited_ms < send_wait_.count()) {
       pollfd writable{socket_.get(), POLLOUT, 0};
       ::poll(&writable, 1, 100);
       waited_ms += 100;

@@ -13,6 +13,7 @@
 //   channel.send(R"({"type":"progress","index":3})");
 #pragma once
 
+#include <chrono>
 #include <optional>
 #include <string>
 #include <utility>
@@ -39,11 +40,14 @@ class Channel {
   static constexpr std::size_t kMaxFds = 250;
 
   static constexpr std::size_t kDefaultMaxTextBytes = std::size_t{1} << 30;
+  static constexpr std::chrono::milliseconds kDefaultSendWait{30000};
 
   Channel() = default;
-  // `max_text_bytes` bounds what `receive` accepts (a longer text is an error).
-  explicit Channel(UniqueFd socket, std::size_t max_text_bytes = kDefaultMaxTextBytes)
-      : socket_(std::move(socket)), max_text_bytes_(max_text_bytes) {}
+  // `max_text_bytes` bounds what `receive` accepts (a longer text is an error); `send_wait`,
+  // how long a send waits for room in a non-blocking socket whose peer reads too little.
+  explicit Channel(UniqueFd socket, std::size_t max_text_bytes = kDefaultMaxTextBytes,
+                   std::chrono::milliseconds send_wait = kDefaultSendWait)
+      : socket_(std::move(socket)), max_text_bytes_(max_text_bytes), send_wait_(send_wait) {}
 
   // A connected SOCK_SEQPACKET pair, close-on-exec.
   [[nodiscard]] static Result<std::pair<UniqueFd, UniqueFd>> socket_pair();
@@ -75,6 +79,7 @@ class Channel {
 
   UniqueFd socket_;
   std::size_t max_text_bytes_ = kDefaultMaxTextBytes;
+  std::chrono::milliseconds send_wait_ = kDefaultSendWait;
   mutable bool peer_closed_ = false;  // set by the const send and receive, as errno would be
 };
 

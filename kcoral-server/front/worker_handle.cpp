@@ -23,6 +23,11 @@ namespace {
 
 // Messages read in one go before other workers get the strand.
 constexpr int kMessagesPerTurn = 32;
+// How long a send to a worker waits for room in its channel, on the strand every worker
+// shares. A worker's courier reads as fast as the front writes; one that does not (a
+// program of a reused worker can patch it to stop) is given up on, and killed, within this,
+// not within the channel's default 30 s.
+constexpr std::chrono::milliseconds kSendWait{1000};
 // How long a dead worker's exit notice may take before its job is answered without it.
 constexpr auto kExitNoticeGrace = std::chrono::milliseconds(500);
 
@@ -103,7 +108,7 @@ WorkerHandle::WorkerHandle(Strand strand, Process process, std::size_t group, st
       process_(std::move(process)),
       group_(group),
       gpus_(std::move(gpus)),
-      channel_(std::move(channel), limits.max_message_bytes),
+      channel_(std::move(channel), limits.max_message_bytes, kSendWait),
       readable_(strand),
       leases_(leases),
       events_(std::move(events)),

@@ -169,6 +169,21 @@ TEST_CASE("a closed peer is reported as closed by receive and by send") {
   CHECK(pair.b.peer_closed());
 }
 
+TEST_CASE("a send to a peer that reads nothing gives up after the channel's wait") {
+  auto fds = Channel::socket_pair();
+  REQUIRE(fds.has_value());
+  Channel sender(std::move(fds->first), Channel::kDefaultMaxTextBytes, std::chrono::milliseconds(200));
+  Channel reader(std::move(fds->second));  // never read
+  ::fcntl(sender.fd(), F_SETFL, O_NONBLOCK);
+  const std::string frame(48 * 1024, 'x');
+  auto start = std::chrono::steady_clock::now();
+  kcoral::Status sent;
+  for (int i = 0; i < 10000 && sent; ++i) sent = sender.send(frame);
+  CHECK_FALSE(sent.has_value());
+  CHECK_FALSE(sender.peer_closed());
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(10));  // not the default 30 s
+}
+
 TEST_CASE("a send to a peer that closed its end says the peer closed") {
   auto pair = connected();
   (void)pair.b.release_socket();
