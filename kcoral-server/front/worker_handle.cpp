@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 #include <numeric>
 #include <vector>
@@ -83,11 +84,32 @@ std::size_t longest_text(const messages::Message& message) {
   return std::size_t{4} << 10;
 }
 
-// A frame's message: its text read from its memory file where it was left there
-// (checked again against `max_bytes`), then decoded; a result's values take the text's
-// buffer rather than a copy of it.
-Result<messages::Message> read_message(Frame& frame, std::size_t max_bytes) {
+// How far into a large frame its object's end (the first newline) is looked for before it
+// is read: a result's object holds its fields, an error's texts (at most 72 KiB) and its
+// part tables, which pass this only for tens of thousands of parts.
+constexpr std::size_t kObjectPeekBytes = std::size_t{256} << 10;
+
+// Where a spilled frame's object ends, from its first kObjectPeekBytes; past them, nullopt.
+std::optional<std::size_t> peek_object_end(const Frame& frame) {
+  std::string head(std::min(frame.text_bytes(), kObjectPeekBytes), '\0');
+  ssize_t n = frame.spilled ? ::pread(frame.spilled.get(), head.data(), head.size(), 0) : -1;
+  if (n <= 0) return std::nullopt;
+  const void* end = std::memchr(head.data(), '\n', static_cast<std::size_t>(n));
+  if (end == nullptr) return std::nullopt;
+  return static_cast<std::size_t>(static_cast<const char*>(end) - head.data());
+}
+
+// A frame's message: its text read from its memory file where it was left there (checked
+// again against `max_bytes`; and, as its answer's hold counted on, of the size it came
+// with, its object no longer than `max_object`), then decoded; a result's values take the
+// text's buffer rather than a copy of it.
+Result<messages::Message> read_message(Frame& frame, std::size_t max_bytes,
+                                       std::size_t max_object = std::numeric_limits<std::size_t>::max()) {
+  const std::size_t arrived = frame.text_bytes();
   if (auto read = Channel::read_spilled(frame, max_bytes); !read) return std::unexpected(read.error());
+  if (frame.json.size() != arrived) return fail(ErrorKind::engine, "a frame whose text changed size after it came");
+  if (max_object < frame.json.size() && frame.json.find('\n') > max_object)
+    return fail(ErrorKind::engine, "a result whose object grew after it came");
   const std::size_t bytes = frame.json.size();
   auto message = messages::decode_in_place(std::move(frame.json), frame.fds.size());
   if (message && bytes > longest_text(*message))
@@ -162,13 +184,18 @@ WorkerHandle::Took WorkerHandle::take_frame() {
     return Took::stop;
   }
   if (!*frame) return Took::nothing;
-  if ((*frame)->text_bytes() >= kLongStepBytes && !hold_answer((*frame)->text_bytes())) return Took::stop;
-  // From kLongStepBytes (a large result's values: 200 MB of them take seconds).
-  if (long_steps_ != nullptr && (*frame)->text_bytes() >= kLongStepBytes) {
-    decode_elsewhere(std::move(**frame));
-    return Took::stop;
+  std::size_t max_object = std::numeric_limits<std::size_t>::max();
+  if ((*frame)->text_bytes() >= kLongStepBytes) {
+    auto held = hold_answer(**frame);
+    if (!held) return Took::stop;
+    max_object = *held;
+    // 200 MB of a result's values take seconds to read and check.
+    if (long_steps_ != nullptr) {
+      decode_elsewhere(std::move(**frame), max_object);
+      return Took::stop;
+    }
   }
-  auto message = read_message(**frame, channel_.max_text_bytes());
+  auto message = read_message(**frame, channel_.max_text_bytes(), max_object);
   if (!message) {
     violation(message.error().message);
     return Took::stop;
@@ -178,37 +205,42 @@ WorkerHandle::Took WorkerHandle::take_frame() {
 }
 
 // A frame of kLongStepBytes or more can only be a running program's result (every other
-// message is small): from a worker that runs none, it is a violation, never read. Else its
-// text is held in the job's answer budget before a byte of it is read, so that the answers
-// that several workers send at once are held to --max-inflight-bytes like requests are;
-// one that does not fit now is answered busy, its worker killed, the frame left unread.
-bool WorkerHandle::hold_answer(std::size_t bytes) {
+// message is small): from a worker that runs none, it is a violation, never read. Else what
+// it will cost the front is held in the job's answer budget before a byte of it is read, so
+// that the answers that several workers send at once are held to --max-inflight-bytes like
+// requests are; one that does not fit now is answered busy, its worker killed, the frame
+// left unread. The size its object may have then (nullopt: refused).
+std::optional<std::size_t> WorkerHandle::hold_answer(const Frame& frame) {
+  const std::size_t bytes = frame.text_bytes();
   if (state_ != State::running) {
     violation("a frame of " + std::to_string(bytes) + " bytes while it runs no program");
-    return false;
+    return std::nullopt;
   }
-  // Its text, and its output's twice more: the output is held as text beside its JSON (whose
+  // Its text; its output's twice more: the output is held as text beside its JSON (whose
   // string may have twice the room it fills) while the answer is encoded (two streams, whose
-  // JSON is at most six bytes a byte).
+  // JSON is at most six bytes a byte); and, past kObjectPeekBytes, four times its object's,
+  // what a JSON parser's buffers and tree of it may take.
   const std::uint64_t output = std::min<std::uint64_t>(bytes, 12 * job_->admitted.output_limit_bytes);
+  const std::optional<std::size_t> object_end = peek_object_end(frame);
+  const std::uint64_t object_parse = object_end ? 0 : 4 * std::uint64_t{bytes};
   std::optional<InflightBytes::Reservation>& held = job_->answer_held;
-  if (!held || held->grow_to(bytes + 2 * output)) return true;
+  if (!held || held->grow_to(bytes + 2 * output + object_parse)) return object_end.value_or(bytes);
   const char* flag = held->tenant_refused() ? "--max-inflight-bytes-per-tenant" : "--max-inflight-bytes";
   kill_tree();
   finish(fail(ErrorKind::busy, "the program ran, but its answer of " + std::to_string(bytes) +
                                    " bytes of returned values and output did not fit in what the server holds "
                                    "in flight now (" + flag + "); retry later, or return large data as bytes"));
   let_go();
-  return false;
+  return std::nullopt;
 }
 
-void WorkerHandle::decode_elsewhere(Frame frame) {
+void WorkerHandle::decode_elsewhere(Frame frame, std::size_t max_object) {
   decoding_ = true;
   // The strand, keeping its io running until the frame comes back.
   auto home = boost::asio::prefer(strand_, boost::asio::execution::outstanding_work.tracked);
   boost::asio::post(*long_steps_, [self = shared_from_this(), home, frame = std::move(frame),
-                                    max_bytes = channel_.max_text_bytes()]() mutable {
-    Decoded decoded{read_message(frame, max_bytes), std::move(frame.fds), std::nullopt};
+                                    max_bytes = channel_.max_text_bytes(), max_object]() mutable {
+    Decoded decoded{read_message(frame, max_bytes, max_object), std::move(frame.fds), std::nullopt};
     if (decoded.message)
       if (const auto* result = std::get_if<messages::RunResult>(&*decoded.message))
         decoded.checked = check_returned_values(result->results, result->part_sizes.size());

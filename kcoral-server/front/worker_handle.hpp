@@ -153,8 +153,8 @@ class WorkerHandle : public std::enable_shared_from_this<WorkerHandle> {
   void read();
   void read_turn();
   Took take_frame();
-  [[nodiscard]] bool hold_answer(std::size_t bytes);
-  void decode_elsewhere(Frame frame);
+  [[nodiscard]] std::optional<std::size_t> hold_answer(const Frame& frame);
+  void decode_elsewhere(Frame frame, std::size_t max_object);
   void decoded(Decoded decoded);
   void finish_exit();
   void handle(messages::Received received, const std::expected<void, ReturnedValuesRefusal>* checked = nullptr);

@@ -15,9 +15,11 @@
 #include <cstring>
 
 #include "channel.hpp"
+#include "kcoral-server/channel/spill_frame.hpp"
 
 using kcoral::Channel;
 using kcoral::UniqueFd;
+using kcoral::test::send_spill_frame;
 
 namespace {
 
@@ -51,23 +53,6 @@ std::string contents(int fd) {
   ssize_t n = ::pread(fd, out.data(), out.size(), 0);
   out.resize(n > 0 ? static_cast<std::size_t>(n) : 0);
   return out;
-}
-
-// A raw frame that says its text was spilled into `fd`, as a hostile peer could send one.
-void send_spill_frame(int socket, int fd) {
-  iovec io{const_cast<char*>("F"), 1};
-  char control[CMSG_SPACE(sizeof(int))] = {};
-  msghdr header{};
-  header.msg_iov = &io;
-  header.msg_iovlen = 1;
-  header.msg_control = control;
-  header.msg_controllen = sizeof control;
-  cmsghdr* cmsg = CMSG_FIRSTHDR(&header);
-  cmsg->cmsg_level = SOL_SOCKET;
-  cmsg->cmsg_type = SCM_RIGHTS;
-  cmsg->cmsg_len = CMSG_LEN(sizeof(int));
-  std::memcpy(CMSG_DATA(cmsg), &fd, sizeof fd);
-  REQUIRE(::sendmsg(socket, &header, 0) == 1);
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 // refused there too. Such a frame is held in its job's answer budget before it is read
 // (answered busy when it cannot be), and from a worker that runs no program refused unread. The hostile worker's messages, the GPU lease and context turns, and starts have files of
 // their own (worker_handle_*_test.cpp).
+#include "kcoral-server/channel/spill_frame.hpp"
 #include "held_thread_pool.hpp"
 #include "kcoral/sha256.hpp"
 #include "worker_handle_support.hpp"
@@ -316,6 +317,47 @@ TEST_CASE("a result of megabytes that the in-flight budget cannot hold now is an
   job.reset();
   h.run_for(std::chrono::milliseconds(20));
   CHECK(budget.used() == std::size_t{3} << 20);
+}
+
+TEST_CASE("a result whose frame grows, or whose object grows, after it came is refused where it is read") {
+  HeldThreadPool long_steps;
+  Harness h(1, kLargeFrameLimit, std::chrono::seconds(60), {0}, &long_steps.threads);
+  h.take(make_job());
+  std::string text = messages::encode(large_result());
+  kcoral::UniqueFd file = memfd_with(text, /*sealed=*/false);
+  kcoral::test::send_spill_frame(h.worker.fd(), file.get());
+  h.run_for(std::chrono::milliseconds(50));  // taken, and held before it is read
+  std::string expected;
+  SUBCASE("the frame grows") {
+    REQUIRE(::pwrite(file.get(), "  ", 2, static_cast<off_t>(text.size())) == 2);
+    expected = "changed size after it came";
+  }
+  SUBCASE("its object grows past what was held for it") {
+    const std::size_t newline = text.find('\n');
+    text[newline] = ' ';
+    text[text.size() - 2] = '\n';  // within the values' padding
+    REQUIRE(::pwrite(file.get(), text.data(), text.size(), 0) == static_cast<ssize_t>(text.size()));
+    expected = "object grew after it came";
+  }
+  long_steps.release();
+  CHECK(h.engine_error().find(expected) != std::string::npos);
+  CHECK(h.killed());
+}
+
+TEST_CASE("a result whose object is not within its first 256 KiB is held at four times more") {
+  HeldThreadPool long_steps;
+  kcoral::InflightBytes budget(std::size_t{64} << 20);
+  Harness h(1, kLargeFrameLimit, std::chrono::seconds(60), {0}, &long_steps.threads);
+  auto job = make_job();
+  job->answer_held.emplace(budget);
+  h.take(job);
+  messages::RunResult result = completed();
+  result.retired = std::string(std::size_t{2} << 20, 'r');  // a text of megabytes in the object
+  h.send(result);
+  REQUIRE(h.pump([&] { return budget.used() > 0; }));
+  CHECK(budget.used() >= 5 * (std::size_t{2} << 20));
+  long_steps.release();
+  REQUIRE(h.pump([&] { return h.outcome.has_value() && h.gone; }));
 }
 
 TEST_CASE("a frame of megabytes from a worker that runs no program kills it unread") {
