@@ -149,7 +149,7 @@ class GpuAccessViolation(ProgramFailed):
     """``gpu_access``: a ``cpu_only`` function called CUDA.
 
     Adds ``cuda_call``, ``location`` and ``interfered_request_id`` (the request that held
-    the GPU at the time, if any).
+    the GPU at the time, if any and if it was your own tenant's: another's is never named).
     """
 
     def __init__(self, result: ProgramResult) -> None:

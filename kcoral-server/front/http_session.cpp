@@ -449,9 +449,8 @@ void HttpSession::on_routed(unsigned version, bool keep_alive, RouteResult route
                                   keep_alive && !self->state_.stopping);
           },
           [self, job](HttpResponse response) {
+            self->answered_job_ = job;  // its answer's hold lasts until write() holds the answer
             self->answer_job(std::move(response));
-            // The session holds the answer now (at once, or once its watching read ends).
-            job->answer_held.reset();
           });
     });
   };
@@ -497,6 +496,7 @@ void HttpSession::write(HttpResponse response) {
   close_after_write_ = close_after_write_ || !response.keep_alive();
   if (close_after_write_) response.keep_alive(false);
   held_.add(response.body().size());  // in memory already: counted, never refused
+  if (auto job = std::exchange(answered_job_, nullptr); job && job->answer_held) job->answer_held->release();
   response_ = std::make_shared<HttpResponse>(std::move(response));
   send_response([self = shared_from_this()](beast::error_code ec) {
     self->response_.reset();

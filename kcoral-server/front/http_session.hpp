@@ -84,6 +84,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   std::size_t header_scanned_ = 0;  // bytes of the buffer searched for the header's end
   std::size_t header_fields_ = 0;   // the request header's, to tell a chunked body's trailer
   std::optional<std::size_t> counted_tenant_;  // whose connection it is counted as (tenant_connections)
+  std::shared_ptr<ExecuteJob> answered_job_;   // whose answer's hold write() takes over
   std::shared_ptr<boost::beast::http::response<boost::beast::http::empty_body>> continue_;
   ServerState& state_;
   const bool overflow_;

@@ -59,6 +59,10 @@ class InflightBytes {
       held_ = bytes;
       return true;
     }
+    // Whether `bytes` could be held at all, in budgets that held nothing else.
+    [[nodiscard]] bool could_hold(std::uint64_t bytes) const {
+      return bytes <= budget_.limit() && (tenant_ == nullptr || bytes <= tenant_->limit());
+    }
     // Whether the last refusal came from the tenant's budget rather than the server's.
     [[nodiscard]] bool tenant_refused() const { return tenant_refused_; }
     // Holds `bytes` more whatever the budgets say: for what is already in memory.

@@ -12,6 +12,7 @@
 #include <boost/asio/prefer.hpp>
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <cstdio>
 #include <cstring>
 #include <limits>
@@ -89,14 +90,46 @@ std::size_t longest_text(const messages::Message& message) {
 // part tables, which pass this only for tens of thousands of parts.
 constexpr std::size_t kObjectPeekBytes = std::size_t{256} << 10;
 
-// Where a spilled frame's object ends, from its first kObjectPeekBytes; past them, nullopt.
-std::optional<std::size_t> peek_object_end(const Frame& frame) {
+// A large frame's object, as far as its first kObjectPeekBytes tell before it is read:
+// where it ends, and the size of the output it says follows the values.
+struct PeekedObject {
+  std::size_t end;
+  std::uint64_t output;
+};
+
+// The number after `"<key>":` in a frame's object (a quote in a JSON string is escaped, so
+// the key with its quotes and colon is found only as a key); nullopt if none.
+std::optional<std::uint64_t> number_after(std::string_view object, std::string_view key) {
+  std::size_t at = object.find(key);
+  if (at == std::string_view::npos) return std::nullopt;
+  std::uint64_t value = 0;
+  const char* first = object.data() + at + key.size();
+  auto [end, error] = std::from_chars(first, object.data() + object.size(), value);
+  if (error != std::errc() || end == first) return std::nullopt;
+  return value;
+}
+
+std::optional<PeekedObject> peek_object(const Frame& frame) {
   std::string head(std::min(frame.text_bytes(), kObjectPeekBytes), '\0');
   ssize_t n = frame.spilled ? ::pread(frame.spilled.get(), head.data(), head.size(), 0) : -1;
   if (n <= 0) return std::nullopt;
-  const void* end = std::memchr(head.data(), '\n', static_cast<std::size_t>(n));
-  if (end == nullptr) return std::nullopt;
-  return static_cast<std::size_t>(static_cast<const char*>(end) - head.data());
+  std::string_view object(head.data(), static_cast<std::size_t>(n));
+  std::size_t end = object.find('\n');
+  if (end == std::string_view::npos) return std::nullopt;
+  object = object.substr(0, end);
+  auto out = number_after(object, R"("stdout_bytes":)");
+  auto err = number_after(object, R"("stderr_bytes":)");
+  if (!out || !err || *out > frame.text_bytes() || *err > frame.text_bytes() - *out) return std::nullopt;
+  return PeekedObject{end, *out + *err};
+}
+
+// What the JSON of output text takes beyond its bytes: six bytes for a control character
+// (\u001b), two for a quote or a backslash. (Text that is not UTF-8, which only a worker
+// that breaks its contract sends, is replaced by up to three times its bytes: not counted.)
+std::uint64_t json_excess(std::string_view text) {
+  std::uint64_t excess = 0;
+  for (unsigned char c : text) excess += c < 0x20 ? 5 : (c == '"' || c == '\\') ? 1 : 0;
+  return excess;
 }
 
 // A frame's message: its text read from its memory file where it was left there (checked
@@ -200,6 +233,10 @@ WorkerHandle::Took WorkerHandle::take_frame() {
     violation(message.error().message);
     return Took::stop;
   }
+  if (const auto* result = std::get_if<messages::RunResult>(&*message);
+      result != nullptr && (*frame)->text_bytes() >= kLongStepBytes &&
+      !settle_answer(*message, json_excess(result->stdout_text) + json_excess(result->stderr_text)))
+    return Took::stop;
   handle({std::move(*message), std::move((*frame)->fds)});
   return closed_ || state_ == State::gone ? Took::stop : Took::one;
 }
@@ -216,34 +253,64 @@ std::optional<std::size_t> WorkerHandle::hold_answer(const Frame& frame) {
     violation("a frame of " + std::to_string(bytes) + " bytes while it runs no program");
     return std::nullopt;
   }
-  // Its text; its output's twice more: the output is held as text beside its JSON (whose
-  // string may have twice the room it fills) while the answer is encoded (two streams, whose
-  // JSON is at most six bytes a byte); and, past kObjectPeekBytes, four times its object's,
-  // what a JSON parser's buffers and tree of it may take.
-  const std::uint64_t output = std::min<std::uint64_t>(bytes, 12 * job_->admitted.output_limit_bytes);
-  const std::optional<std::size_t> object_end = peek_object_end(frame);
-  const std::uint64_t object_parse = object_end ? 0 : 4 * std::uint64_t{bytes};
+  // Its text, and its output's twice more: the output is copied out of the frame, then held
+  // as text beside its JSON, whose string may have twice the room it fills, while the answer
+  // is encoded (settle_answer adds what the JSON's escapes take). An object that does not
+  // end within kObjectPeekBytes, four times the text more: what a JSON parser's buffers and
+  // tree of it may take.
+  const std::optional<PeekedObject> object = peek_object(frame);
+  held_output_ = object ? object->output : bytes;
+  const std::uint64_t hold = bytes + 2 * held_output_ + (object ? 0 : 4 * std::uint64_t{bytes});
+  if (!hold_more(hold)) return std::nullopt;
+  return object ? object->end : bytes;
+}
+
+// Holds `bytes` more of the running job's answer; else answers it (busy, or too large when
+// it could never fit) and lets the worker go.
+bool WorkerHandle::hold_more(std::uint64_t bytes) {
   std::optional<InflightBytes::Reservation>& held = job_->answer_held;
-  if (!held || held->grow_to(bytes + 2 * output + object_parse)) return object_end.value_or(bytes);
+  if (!held || held->grow_to(held->held() + bytes)) return true;
   const char* flag = held->tenant_refused() ? "--max-inflight-bytes-per-tenant" : "--max-inflight-bytes";
+  const std::uint64_t needed = held->held() + bytes;
   kill_tree();
-  finish(fail(ErrorKind::busy, "the program ran, but its answer of " + std::to_string(bytes) +
-                                   " bytes of returned values and output did not fit in what the server holds "
-                                   "in flight now (" + flag + "); retry later, or return large data as bytes"));
+  if (!held->could_hold(needed))
+    finish(fail(ErrorKind::response_too_large,
+                "the program ran, but its answer takes " + std::to_string(needed) + " bytes of the server's memory " +
+                    "as it is made, more than " + flag + " allows; return less, or large data as bytes"));
+  else
+    finish(fail(ErrorKind::busy, "the program ran, but its answer, " + std::to_string(needed) +
+                                     " bytes of the server's memory as it is made, did not fit in what the server "
+                                     "holds in flight now (" + std::string(flag) + "); retry later"));
   let_go();
-  return std::nullopt;
+  return false;
+}
+
+// A large result's output, read: no more than its object said when its answer was held,
+// and what its JSON's escapes take is held too (three times: as in hold_answer).
+bool WorkerHandle::settle_answer(const messages::Message& message, std::uint64_t output_excess) {
+  const auto* result = std::get_if<messages::RunResult>(&message);
+  if (result == nullptr) return true;
+  if (result->stdout_text.size() + result->stderr_text.size() > held_output_) {
+    violation("a result's output longer than its frame said when it came");
+    return false;
+  }
+  return output_excess == 0 || hold_more(3 * output_excess);
 }
 
 void WorkerHandle::decode_elsewhere(Frame frame, std::size_t max_object) {
   decoding_ = true;
   // The strand, keeping its io running until the frame comes back.
   auto home = boost::asio::prefer(strand_, boost::asio::execution::outstanding_work.tracked);
-  boost::asio::post(*long_steps_, [self = shared_from_this(), home, frame = std::move(frame),
+  // The job too, whose answer's hold counts the frame: should the job be answered while the
+  // frame is read (its client gone, the server stopping), the hold lasts as long as the frame.
+  boost::asio::post(*long_steps_, [self = shared_from_this(), home, frame = std::move(frame), job = job_,
                                     max_bytes = channel_.max_text_bytes(), max_object]() mutable {
-    Decoded decoded{read_message(frame, max_bytes, max_object), std::move(frame.fds), std::nullopt};
+    Decoded decoded{read_message(frame, max_bytes, max_object), std::move(frame.fds), std::nullopt, 0};
     if (decoded.message)
-      if (const auto* result = std::get_if<messages::RunResult>(&*decoded.message))
+      if (const auto* result = std::get_if<messages::RunResult>(&*decoded.message)) {
         decoded.checked = check_returned_values(result->results, result->part_sizes.size());
+        decoded.output_excess = json_excess(result->stdout_text) + json_excess(result->stderr_text);
+      }
     boost::asio::post(home, [self, decoded = std::move(decoded)]() mutable { self->decoded(std::move(decoded)); });
   });
 }
@@ -254,6 +321,7 @@ void WorkerHandle::decoded(Decoded decoded) {
   decoding_ = false;
   if (state_ == State::gone) return;  // killed or let go meanwhile
   if (!decoded.message) return violation(decoded.message.error().message);
+  if (!settle_answer(*decoded.message, decoded.output_excess)) return;
   handle({std::move(*decoded.message), std::move(decoded.fds)}, decoded.checked ? &*decoded.checked : nullptr);
   if (state_ == State::gone) return;
   if (std::exchange(deadline_passed_, false) && job_) return time_out();

@@ -144,6 +144,7 @@ class WorkerHandle : public std::enable_shared_from_this<WorkerHandle> {
     Result<messages::Message> message;
     std::vector<UniqueFd> fds;
     std::optional<std::expected<void, ReturnedValuesRefusal>> checked;  // a result's values
+    std::uint64_t output_excess = 0;  // what a result's output's JSON takes beyond its bytes
   };
   struct ExitNotice {
     std::string how;
@@ -154,6 +155,8 @@ class WorkerHandle : public std::enable_shared_from_this<WorkerHandle> {
   void read_turn();
   Took take_frame();
   [[nodiscard]] std::optional<std::size_t> hold_answer(const Frame& frame);
+  [[nodiscard]] bool hold_more(std::uint64_t bytes);
+  [[nodiscard]] bool settle_answer(const messages::Message& message, std::uint64_t output_excess);
   void decode_elsewhere(Frame frame, std::size_t max_object);
   void decoded(Decoded decoded);
   void finish_exit();
@@ -208,6 +211,7 @@ class WorkerHandle : public std::enable_shared_from_this<WorkerHandle> {
   Clock::time_point dispatched_;
   std::optional<std::uint64_t> progress_;  // the instruction running now
   std::size_t messages_left_ = 0;          // this job's message budget
+  std::uint64_t held_output_ = 0;          // the output its large result's hold counted on
   std::optional<std::string> interfered_request_id_;  // whose lease a cpu_only call broke
   bool closed_ = false;                    // the channel closed
   bool decoding_ = false;                  // a frame is being decoded elsewhere

@@ -463,6 +463,7 @@ void WorkerPool::on_finished(const WorkerPtr& worker, std::shared_ptr<ExecuteJob
 // at most the queue timeout, counted anew.
 void WorkerPool::run_again(std::shared_ptr<ExecuteJob> job, std::size_t group) {
   job->ran_again = true;
+  if (job->answer_held) job->answer_held->release();  // the first run's answer is dropped
   auto timer = std::make_unique<boost::asio::steady_timer>(strand_);
   wait_at_most(*timer, job, Clock::now() + seconds_duration(config_.queue_timeout_seconds));
   awaiting_.push_back({{std::move(job), std::move(timer)}, group});

@@ -79,7 +79,8 @@ ExecuteAnswer answer_execute(std::string_view request_id, Result<ProgramResult> 
 }
 
 std::string cut_error_message(std::string message) {
-  if (message.size() <= kErrorMessageBytes) return message;
+  // What this cut makes (the bytes kept and its note) is left as it is.
+  if (message.size() <= kErrorMessageBytes + kCutNoteBytes) return message;
   std::size_t end = kErrorMessageBytes;
   while (end > 0 && (static_cast<unsigned char>(message[end]) & 0xC0) == 0x80) --end;  // a character's start
   const std::size_t cut = message.size() - end;

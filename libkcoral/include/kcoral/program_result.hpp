@@ -25,6 +25,7 @@ struct GpuAccessDetail {
 // An error's message is kept to its first 64 KiB (saying how much was cut), its traceback
 // to its last 8192 bytes: what a person reads, not the megabytes an exception may carry.
 inline constexpr std::size_t kErrorMessageBytes = std::size_t{64} << 10;
+inline constexpr std::size_t kCutNoteBytes = 64;  // "... (N more bytes cut)" at most
 inline constexpr std::size_t kTracebackBytes = 8192;
 [[nodiscard]] std::string cut_error_message(std::string message);
 [[nodiscard]] std::string cut_traceback(std::string traceback);

@@ -282,19 +282,35 @@ TEST_CASE("a frame of megabytes that is not a message is refused where it is dec
 
 TEST_CASE("a result of megabytes is held in its job's answer budget from its arrival until the job lets it go") {
   HeldThreadPool long_steps;
-  kcoral::InflightBytes budget(std::size_t{16} << 20);
+  kcoral::InflightBytes budget(std::size_t{64} << 20);
   Harness h(1, kLargeFrameLimit, std::chrono::seconds(60), {0}, &long_steps.threads);
   auto job = make_job();
-  job->admitted.output_limit_bytes = 1 << 20;
+  job->admitted.output_limit_bytes = 4 << 20;
   job->answer_held.emplace(budget);
   h.take(job);
-  h.send(large_result());
+  messages::RunResult result = large_result();
+  const std::size_t values = result.results.size();
+  std::size_t output = 0;
+  std::size_t escapes = 0;
+  SUBCASE("values: held once") { result.stdout_text.clear(); }
+  SUBCASE("output: held three times") {
+    result.stdout_text = std::string(std::size_t{2} << 20, 'o');
+    output = result.stdout_text.size();
+  }
+  SUBCASE("output of control characters: and what their escapes take, three times, once read") {
+    result.stdout_text = std::string(std::size_t{1} << 20, '\x01');
+    output = escapes = result.stdout_text.size();
+  }
+  const std::size_t text = messages::encode(result).size();
+  h.send(result);
   REQUIRE(h.pump([&] { return budget.used() > 0; }));
-  // Before a byte of it is read: its text, and twice as much again for what of it may be output.
-  CHECK(budget.used() > (std::size_t{6} << 20));
+  // Before a byte of it is read: its text, and twice its output more (said in its object).
+  CHECK(budget.used() == text + 2 * output);
+  CHECK(text >= values + output);
   long_steps.release();
   REQUIRE(h.pump([&] { return h.outcome.has_value() && h.gone; }));
   CHECK(h.outcome->result->completed());
+  CHECK(budget.used() == text + 2 * output + 3 * 5 * escapes);
   job.reset();
   h.run_for(std::chrono::milliseconds(20));  // the cancelled deadline's wait lets its copy go
   CHECK(budget.used() == 0);
@@ -341,6 +357,38 @@ TEST_CASE("a result whose frame grows, or whose object grows, after it came is r
   }
   long_steps.release();
   CHECK(h.engine_error().find(expected) != std::string::npos);
+  CHECK(h.killed());
+}
+
+TEST_CASE("a result whose output is longer than its object said when it came is refused where it is read") {
+  HeldThreadPool long_steps;
+  Harness h(1, kLargeFrameLimit, std::chrono::seconds(60), {0}, &long_steps.threads);
+  h.take(make_job());
+  std::string text = messages::encode(large_result());
+  const std::string said = R"("stdout_bytes":7)";  // "printed"
+  REQUIRE(text.find(said) != std::string::npos);
+  text.replace(text.find(said), said.size(), R"("stdout_bytes":0)");  // then, once held, as it was
+  kcoral::UniqueFd file = memfd_with(text, /*sealed=*/false);
+  kcoral::test::send_spill_frame(h.worker.fd(), file.get());
+  h.run_for(std::chrono::milliseconds(50));
+  text.replace(text.find(R"("stdout_bytes":0)"), said.size(), said);
+  REQUIRE(::pwrite(file.get(), text.data(), text.size(), 0) == static_cast<ssize_t>(text.size()));
+  long_steps.release();
+  CHECK(h.engine_error().find("output longer than its frame said") != std::string::npos);
+}
+
+TEST_CASE("an answer that could never be held is too large, not busy") {
+  kcoral::InflightBytes budget(std::size_t{3} << 20);
+  Harness h(1, kLargeFrameLimit);
+  auto job = make_job();
+  job->answer_held.emplace(budget);
+  h.take(job);
+  messages::RunResult result = large_result();
+  result.stdout_text = std::string(std::size_t{1} << 20, 'o');  // 3 MiB and 2 MiB more to hold
+  h.send(result);
+  REQUIRE(h.pump([&] { return h.outcome.has_value() && h.gone; }));
+  REQUIRE_FALSE(h.outcome->result.has_value());
+  CHECK(h.outcome->result.error().kind == kcoral::ErrorKind::response_too_large);
   CHECK(h.killed());
 }
 

@@ -97,10 +97,11 @@ def channel_by_signal():
     me = threading.get_native_id()
     others = [int(tid) for tid in os.listdir("/proc/self/task") if int(tid) != me]
     libc.signal(signal.SIGUSR2, _HANDLER)
+    tgkill = {"x86_64": 234, "aarch64": 131}[os.uname().machine]
     ran_on = []
     for tid in others:
         _SEEN_IN_HANDLER.clear()
-        libc.syscall(234, os.getpid(), tid, signal.SIGUSR2)  # tgkill
+        libc.syscall(tgkill, os.getpid(), tid, signal.SIGUSR2)
         time.sleep(0.3)
         if _SEEN_IN_HANDLER.get("thread") == tid:
             ran_on.append({"tid": tid, **_SEEN_IN_HANDLER})

@@ -55,7 +55,7 @@ def test_a_program_cannot_run_a_signal_handler_on_the_thread_that_holds_the_chan
     timeout). That thread blocks every signal."""
     with victim_beside(sandboxed):
         report = attack(sandboxed, "channel_by_signal").raise_for_error()["out"]
-    assert report["threads"] >= 1
+    assert report["ran_on"], report  # it ran on the program's other threads (its output's)
     assert not any("socket:" in str(seen.get("fds")) for seen in report["ran_on"]), report
     assert_serves(sandboxed)
 

@@ -370,7 +370,8 @@ def test_a_large_output_and_error_are_held_in_the_budget_and_copied_once(start_s
     result = server.execute(call(SHOUT, "shout", 32 * MiB), read_timeout_s=120, output_limit_bytes=32 * MiB)
     assert len(result.stdout) == 32 * MiB
     assert result.error is not None and len(result.error["message"]) < 65 * 1024
-    assert result.error["message"].endswith(" more bytes cut)")
+    cut = len("ValueError: ") + 32 * MiB - 65536
+    assert result.error["message"].endswith(f"... ({cut} more bytes cut)"), result.error["message"][-80:]
     grown = peak_rss(server) - before
     assert grown < 3.6 * 32 * MiB, grown  # it was 6.1 times
 
@@ -465,7 +466,7 @@ def test_a_chunk_size_line_or_trailer_without_end_is_refused_at_the_header_limit
     assert front.get("/health").status_code == 200
 
 
-@pytest.mark.parametrize("fields", [3, 1000])
+@pytest.mark.parametrize("fields", [128, 129, 1000])
 def test_a_trailer_of_more_than_128_fields_is_refused(front, fields):
     """A chunked body's trailer fields join the request's, a node of about 84 bytes each:
     bounded as the header's are."""
