@@ -13,9 +13,12 @@ answer's HTTP status:
 - ``arguments``: one run of ``--arguments`` literal arguments ``0`` (parsed by the front,
   and kept while the program waits or runs);
 - ``blobs``: ``--blobs`` distinct blobs of 16 bytes in one request (their parts, their
-  digests, the cache's copies).
+  digests, the cache's copies);
+- ``output``: a program prints ``--output-mb`` MB (its output limit and the server's
+  raised to take it all).
 
-    .venv/bin/python benchmarks/front_memory.py [--old-server OLD/kcoral-server] [--json FILE]
+    .venv/bin/python benchmarks/front_memory.py [--old-server OLD/kcoral-server] [--shapes answer,output]
+        [--json FILE]
 """
 
 from __future__ import annotations
@@ -33,7 +36,8 @@ from pathlib import Path
 
 import server_process
 
-MODULE = "def text(n):\n    return 'a' * n\n\ndef count(*args):\n    return len(args)\n"
+MODULE = ("def text(n):\n    return 'a' * n\n\ndef count(*args):\n    return len(args)\n\n"
+          "def shout(n):\n    import sys\n    sys.stdout.write('a' * n)\n    return n\n")
 
 
 def status_kib(pid: int, field: str) -> int:
@@ -65,6 +69,9 @@ def request(shape: str, options: argparse.Namespace) -> tuple[bytes, bytes]:
         spec = program("text", str(int(options.answer_mb * 1e6)), [])
     elif shape == "arguments":
         spec = program("count", ",".join(["0"] * options.arguments), [])
+    elif shape == "output":
+        spec = program("shout", str(int(options.output_mb * 1e6)), [])
+        spec["options"] = {"output_limit_bytes": int(options.output_mb * 1e6)}
     else:
         uploads = [b"blob %011d" % i for i in range(options.blobs)]
         spec = program("count", "", uploads)
@@ -85,7 +92,8 @@ def request(shape: str, options: argparse.Namespace) -> tuple[bytes, bytes]:
 
 def measure(server: str, shape: str, options: argparse.Namespace) -> dict[str, object]:
     content_type, body = request(shape, options)
-    process, port = server_process.start([server, "--port", "0", "--num-workers", "1", "--sandbox", "none"])
+    flags = ["--max-output-limit-bytes", str(int(options.output_mb * 1e6))] if shape == "output" else []
+    process, port = server_process.start([server, "--port", "0", "--num-workers", "1", "--sandbox", "none", *flags])
     try:
         time.sleep(1)  # its first worker ready
         counted, done = [0.0], threading.Event()
@@ -131,10 +139,12 @@ def main() -> None:
     parser.add_argument("--answer-mb", type=float, default=240)
     parser.add_argument("--arguments", type=int, default=4_000_000)
     parser.add_argument("--blobs", type=int, default=99_990)  # with the program: within 100,000 parts
+    parser.add_argument("--output-mb", type=float, default=32)
+    parser.add_argument("--shapes", default="answer,arguments,blobs,output")
     parser.add_argument("--json", help="also write the rows here")
     options = parser.parse_args()
     rows = []
-    for shape in ("answer", "arguments", "blobs"):
+    for shape in options.shapes.split(","):
         for label, server in (("old", options.old_server), ("this", options.server)):
             if server is None:
                 continue

@@ -86,8 +86,8 @@ std::size_t longest_text(const messages::Message& message) {
 }
 
 // How far into a large frame its object's end (the first newline) is looked for before it
-// is read: a result's object holds its fields, an error's texts (at most 72 KiB) and its
-// part tables, which pass this only for tens of thousands of parts.
+// is read: a result's object holds its fields, an error's texts (72 KiB, as JSON up to six
+// times that) and its part tables, which pass this only for tens of thousands of parts.
 constexpr std::size_t kObjectPeekBytes = std::size_t{256} << 10;
 
 // A large frame's object, as far as its first kObjectPeekBytes tell before it is read:
@@ -256,8 +256,8 @@ std::optional<std::size_t> WorkerHandle::hold_answer(const Frame& frame) {
   // Its text, and its output's twice more: the output is copied out of the frame, then held
   // as text beside its JSON, whose string may have twice the room it fills, while the answer
   // is encoded (settle_answer adds what the JSON's escapes take). An object that does not
-  // end within kObjectPeekBytes, four times the text more: what a JSON parser's buffers and
-  // tree of it may take.
+  // end within kObjectPeekBytes (it may be all of the text), four times the text more: what
+  // a JSON parser's buffers and tree of it may take.
   const std::optional<PeekedObject> object = peek_object(frame);
   held_output_ = object ? object->output : bytes;
   const std::uint64_t hold = bytes + 2 * held_output_ + (object ? 0 : 4 * std::uint64_t{bytes});
