@@ -33,9 +33,9 @@
 // (ExecuteJob::answer_held, the server's in-flight bytes) before it is read, so that
 // answers arriving from many workers at once cannot take the front past its budget; one
 // that does not fit is answered busy (the program ran; retry), its worker killed. It is
-// read from its memfd, decoded, and a result's values checked, on the long-step threads,
-// not on the strand that every worker and the queue share: doing that for 200 MB of
-// returned values there held every other program's start for seconds.
+// read from its memfd, decoded (worker_frames.hpp), and a result's values checked, on the
+// long-step threads, not on the strand that every worker and the queue share: doing that
+// for 200 MB of returned values there held every other program's start for seconds.
 // The worker's next frames wait meanwhile, and so do its exit notice and a deadline that
 // passes: whatever it sent before them is handled first, as when it was decoded at once.
 // Used on the pool's strand only; lives as long as its pending operations.
@@ -169,8 +169,6 @@ class WorkerHandle : public std::enable_shared_from_this<WorkerHandle> {
   void on_result(messages::RunResult result, std::vector<UniqueFd> fds,
                  const std::expected<void, ReturnedValuesRefusal>* checked);
   void on_failed(const std::string& message);
-  Result<ProgramResult> decode_result(messages::RunResult result, std::vector<UniqueFd> fds) const;
-  ProgramResult too_deep(const ReturnedValuesRefusal& refusal, messages::RunResult message) const;
   void send_grant();
   void violation(const std::string& why);
   void channel_closed();

@@ -280,14 +280,27 @@ TEST_CASE("a frame of megabytes that is not a message is refused where it is dec
   CHECK(h.killed());
 }
 
-TEST_CASE("a result of megabytes is held in its job's answer budget from its arrival until the job lets it go") {
+namespace {
+
+// A worker that took a job whose answer is held in a budget of its own; its large frames
+// wait for the held long-step threads.
+struct HeldAnswer {
   HeldThreadPool long_steps;
-  kcoral::InflightBytes budget(std::size_t{64} << 20);
-  Harness h(1, kLargeFrameLimit, std::chrono::seconds(60), {0}, &long_steps.threads);
-  auto job = make_job();
-  job->admitted.output_limit_bytes = 4 << 20;
-  job->answer_held.emplace(budget);
-  h.take(job);
+  kcoral::InflightBytes budget{std::size_t{64} << 20};
+  Harness h{1, kLargeFrameLimit, std::chrono::seconds(60), {0}, &long_steps.threads};
+  std::shared_ptr<kcoral::ExecuteJob> job = make_job();
+  explicit HeldAnswer(std::uint64_t output_limit_bytes = 0) {
+    job->admitted.output_limit_bytes = output_limit_bytes;
+    job->answer_held.emplace(budget);
+    h.take(job);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("a result of megabytes is held in its job's answer budget from its arrival until the job lets it go") {
+  HeldAnswer held(4 << 20);
+  auto& [long_steps, budget, h, job] = held;
   messages::RunResult result = large_result();
   const std::size_t values = result.results.size();
   std::size_t output = 0;
@@ -393,12 +406,8 @@ TEST_CASE("an answer that could never be held is too large, not busy") {
 }
 
 TEST_CASE("a result whose object is not within its first 256 KiB is held at four times more") {
-  HeldThreadPool long_steps;
-  kcoral::InflightBytes budget(std::size_t{64} << 20);
-  Harness h(1, kLargeFrameLimit, std::chrono::seconds(60), {0}, &long_steps.threads);
-  auto job = make_job();
-  job->answer_held.emplace(budget);
-  h.take(job);
+  HeldAnswer held;
+  auto& [long_steps, budget, h, job] = held;
   messages::RunResult result = completed();
   result.retired = std::string(std::size_t{2} << 20, 'r');  // a text of megabytes in the object
   h.send(result);
