@@ -83,7 +83,7 @@ EncodedResponse encode_program_response(std::string_view request_id, ProgramResu
     return {200, "application/json", std::move(body)};
   }
   // The values' own buffer becomes the JSON part: it keeps the room of the worker's frame
-  // they came in, which held at least as much besides, unless that room was let go
+  // they came in, which held about as much besides, unless that room was let go
   // (messages::decode_in_place), so the values are seldom copied a second time.
   std::string json = std::move(result.results_json);
   json.insert(0, before);
