@@ -1,6 +1,7 @@
 // A worker's frames as the front reads them (worker_frames.hpp).
 #include "worker_frames.hpp"
 
+#include <simdjson.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -53,12 +54,16 @@ std::optional<PeekedObject> peek_object(const Frame& frame) {
   return PeekedObject{end, *out + *err};
 }
 
-
 std::uint64_t output_json_excess(const messages::RunResult& result) {
   std::uint64_t excess = 0;
   for (const std::string* text : {&result.stdout_text, &result.stderr_text})
     for (unsigned char c : *text) excess += c < 0x20 ? 5 : (c == '"' || c == '\\') ? 1 : 0;
   return excess;
+}
+
+bool output_is_utf8(const messages::RunResult& result) {
+  return simdjson::validate_utf8(result.stdout_text.data(), result.stdout_text.size()) &&
+         simdjson::validate_utf8(result.stderr_text.data(), result.stderr_text.size());
 }
 
 Result<messages::Message> read_message(Frame& frame, std::size_t max_bytes, std::size_t max_object) {

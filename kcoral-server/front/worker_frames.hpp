@@ -41,10 +41,14 @@ struct PeekedObject {
 [[nodiscard]] std::optional<PeekedObject> peek_object(const Frame& frame);
 
 // What the JSON of a result's output takes beyond its bytes: six bytes for a control
-// character (\u001b), two for a quote or a backslash. (Text that is not UTF-8, which only
-// a worker that breaks its contract sends, is replaced by up to three times its bytes: not
-// counted.)
+// character (\u001b), two for a quote or a backslash. Output that is not UTF-8 is refused
+// (output_is_utf8), so nothing else grows it.
 [[nodiscard]] std::uint64_t output_json_excess(const messages::RunResult& result);
+
+// Whether a result's output is UTF-8, as a worker's always is: it decodes what its program
+// printed, replacing what is not. Any other would grow as it is written (each such byte
+// replaced by three), beyond what its answer's hold counts.
+[[nodiscard]] bool output_is_utf8(const messages::RunResult& result);
 
 // A frame's message: its text read from its memory file where it was left there (checked
 // again against `max_bytes`; and, as its answer's hold counted on, of the size it came

@@ -244,6 +244,17 @@ TEST_CASE("results that are not what they claim kill the worker") {
       CHECK(h.killed());
     }
   }
+  SUBCASE("output that is not UTF-8, which would grow threefold as it is written") {
+    for (bool on_stderr : {false, true}) {
+      Harness h;
+      h.take(make_job());
+      messages::RunResult result = completed();
+      (on_stderr ? result.stderr_text : result.stdout_text) = "ok \xff\xfe\xc3";
+      h.send(result);
+      CHECK(h.engine_error().find("output is not UTF-8") != std::string::npos);
+      CHECK(h.killed());
+    }
+  }
   SUBCASE("declared sizes over the limit that overflow when added") {
     Harness h;
     h.take(make_job());
