@@ -30,6 +30,12 @@ namespace kcoral {
 // times that) and its part tables, which pass this only for tens of thousands of parts.
 inline constexpr std::size_t kObjectPeekBytes = std::size_t{256} << 10;
 
+// A frame of this many bytes or more can only be a running program's result (every other
+// message is at most 64 KiB): its answer is held in the in-flight budget from its arrival.
+// A smaller one is counted once its answer is written; until then it costs the front at
+// most a few times this, a worker at a time.
+inline constexpr std::size_t kHeldAnswerBytes = std::size_t{128} << 10;
+
 // A large frame's object, as far as its first kObjectPeekBytes tell before it is read:
 // where it ends, and the size of the output it says follows the values.
 struct PeekedObject {

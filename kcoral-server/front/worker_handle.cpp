@@ -137,15 +137,16 @@ WorkerHandle::Took WorkerHandle::take_frame() {
   }
   if (!*frame) return Took::nothing;
   std::size_t max_object = std::numeric_limits<std::size_t>::max();
-  if ((*frame)->text_bytes() >= kLongStepBytes) {
-    auto held = hold_answer(**frame);
-    if (!held) return Took::stop;
-    max_object = *held;
-    // 200 MB of a result's values take seconds to read and check.
-    if (long_steps_ != nullptr) {
-      decode_elsewhere(std::move(**frame), max_object);
-      return Took::stop;
-    }
+  const bool held = (*frame)->text_bytes() >= kHeldAnswerBytes;
+  if (held) {
+    auto object_end = hold_answer(**frame);
+    if (!object_end) return Took::stop;
+    max_object = *object_end;
+  }
+  // 200 MB of a result's values take seconds to read and check.
+  if ((*frame)->text_bytes() >= kLongStepBytes && long_steps_ != nullptr) {
+    decode_elsewhere(std::move(**frame), max_object);
+    return Took::stop;
   }
   auto message = read_message(**frame, channel_.max_text_bytes(), max_object);
   if (!message) {
@@ -153,14 +154,13 @@ WorkerHandle::Took WorkerHandle::take_frame() {
     return Took::stop;
   }
   if (const auto* result = std::get_if<messages::RunResult>(&*message);
-      result != nullptr && (*frame)->text_bytes() >= kLongStepBytes &&
-      !settle_answer(*message, output_json_excess(*result)))
+      result != nullptr && held && !settle_answer(*message, output_json_excess(*result)))
     return Took::stop;
   handle({std::move(*message), std::move((*frame)->fds)});
   return closed_ || state_ == State::gone ? Took::stop : Took::one;
 }
 
-// A frame of kLongStepBytes or more can only be a running program's result (every other
+// A frame of kHeldAnswerBytes or more can only be a running program's result (every other
 // message is small): from a worker that runs none, it is a violation, never read. Else what
 // it will cost the front is held in the job's answer budget before a byte of it is read, so
 // that the answers that several workers send at once are held to --max-inflight-bytes like

@@ -28,13 +28,13 @@
 // that return. The deadline stops while the program waits for the GPU lease (lease waiting
 // is not the program's time).
 //
-// A frame of a megabyte or more can only be a running program's result: from a worker that
-// runs none it is a violation, unread. Its text is held in the job's answer budget
-// (ExecuteJob::answer_held, the server's in-flight bytes) before it is read, so that
-// answers arriving from many workers at once cannot take the front past its budget; one
-// that does not fit is answered busy (the program ran; retry), its worker killed. It is
-// read from its memfd, decoded (worker_frames.hpp), and a result's values checked, on the
-// long-step threads, not on the strand that every worker and the queue share: doing that
+// A frame of 128 KiB or more (kHeldAnswerBytes) can only be a running program's result:
+// from a worker that runs none it is a violation, unread. Its text is held in the job's
+// answer budget (ExecuteJob::answer_held, the server's in-flight bytes) before it is read,
+// so that answers arriving from many workers at once cannot take the front past its
+// budget; one that does not fit is answered busy (the program ran; retry), its worker
+// killed. One of a megabyte or more is read from its memfd, decoded (worker_frames.hpp),
+// and its values checked, on the long-step threads, not on the strand that every worker and the queue share: doing that
 // for 200 MB of returned values there held every other program's start for seconds.
 // The worker's next frames wait meanwhile, and so do its exit notice and a deadline that
 // passes: whatever it sent before them is handled first, as when it was decoded at once.

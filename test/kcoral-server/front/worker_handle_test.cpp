@@ -6,13 +6,15 @@
 // result already in the channel when the exit notice comes is still the answer. A frame of
 // megabytes is decoded on the long-step threads while the strand goes on; an exit notice
 // or a deadline that comes meanwhile waits for it, and a frame that is not a message is
-// refused there too. Such a frame is held in its job's answer budget before it is read
-// (answered busy when it cannot be), and from a worker that runs no program refused unread. The hostile worker's messages, the GPU lease and context turns, and starts have files of
-// their own (worker_handle_*_test.cpp).
+// refused there too. A frame of 128 KiB or more is held in its job's answer budget before
+// it is read (answered busy when it cannot be), and from a worker that runs no program
+// refused unread. The hostile worker's messages, the GPU lease and context turns, and
+// starts have files of their own (worker_handle_*_test.cpp).
 #include "kcoral-server/channel/spill_frame.hpp"
 #include "held_thread_pool.hpp"
 #include "kcoral/sha256.hpp"
 #include "worker_handle_support.hpp"
+#include "worker_frames.hpp"
 
 using kcoral::WorkerHandle;
 using kcoral::test::Harness;
@@ -327,6 +329,19 @@ TEST_CASE("a result of megabytes is held in its job's answer budget from its arr
   job.reset();
   h.run_for(std::chrono::milliseconds(20));  // the cancelled deadline's wait lets its copy go
   CHECK(budget.used() == 0);
+}
+
+TEST_CASE("a result of 128 KiB to a megabyte is held from its arrival too, and decoded on the strand") {
+  HeldAnswer held(4 << 20);
+  auto& [long_steps, budget, h, job] = held;
+  messages::RunResult result = completed();
+  result.stdout_text = std::string(kcoral::kHeldAnswerBytes, '\x01');  // 6 bytes each as JSON
+  const std::size_t text = messages::encode(result).size();
+  REQUIRE(text < kcoral::kLongStepBytes);
+  h.send(result);
+  REQUIRE(h.pump([&] { return h.outcome.has_value() && h.gone; }));  // the long-step threads stay held
+  CHECK(h.outcome->result->completed());
+  CHECK(budget.used() == text + 2 * kcoral::kHeldAnswerBytes + 3 * 5 * kcoral::kHeldAnswerBytes);
 }
 
 TEST_CASE("a result of megabytes that the in-flight budget cannot hold now is answered busy, unread") {
