@@ -19,6 +19,7 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
+#include <optional>
 
 #include "kcoral/remove_tree.hpp"
 #include "kcoral/wait.hpp"
@@ -56,13 +57,33 @@ struct OpenDirectory {
 
 bool is_dot(const char* name) { return name[0] == '.' && (name[1] == '\0' || (name[1] == '.' && name[2] == '\0')); }
 
-std::int64_t last_used(const struct stat& info) { return std::max<std::int64_t>(info.st_atime, info.st_mtime); }
+// What one eviction may still read and remove, in entries: a tree that running programs
+// keep changing under it (a directory renamed ahead of the walk each time it is opened,
+// files made as fast as they go) would otherwise keep it going for as long as they like.
+struct Budget {
+  std::uint64_t entries;
+  bool take() {
+    if (entries == 0) return false;
+    --entries;
+    return true;
+  }
+};
 
-// The newest access or change in the tree at `name` under `parent` (to kMaxDepth).
-std::int64_t newest_in(int parent, const std::string& name, dev_t device) {
+// An entry's last use; one dated after `now` (utime sets any time) counts as the oldest,
+// so that no entry can be kept from eviction by its dates.
+std::int64_t last_used(const struct stat& info, std::int64_t now) {
+  std::int64_t used = std::max<std::int64_t>(info.st_atime, info.st_mtime);
+  return used > now ? 0 : used;
+}
+
+// The entry's newest use in the tree at `name` under `parent` (to kMaxDepth); nullopt: the
+// budget ran out before the tree was read.
+std::optional<std::int64_t> newest_in(int parent, const std::string& name, dev_t device, std::int64_t now,
+                                      Budget& budget) {
   struct stat info {};
+  if (!budget.take()) return std::nullopt;
   if (::fstatat(parent, name.c_str(), &info, AT_SYMLINK_NOFOLLOW) != 0) return 0;
-  std::int64_t newest = last_used(info);
+  std::int64_t newest = last_used(info, now);
   if (!S_ISDIR(info.st_mode) || info.st_dev != device) return newest;
   std::vector<OpenDirectory> stack;
   int fd = ::openat(parent, name.c_str(), kOpenDirectory);
@@ -80,18 +101,22 @@ std::int64_t newest_in(int parent, const std::string& name, dev_t device) {
       continue;
     }
     if (is_dot(entry->d_name)) continue;
+    if (!budget.take()) return std::nullopt;
     int at = stack.back().fd();
     if (::fstatat(at, entry->d_name, &info, AT_SYMLINK_NOFOLLOW) != 0) continue;
-    newest = std::max(newest, last_used(info));
+    newest = std::max(newest, last_used(info, now));
     if (S_ISDIR(info.st_mode) && info.st_dev == device && stack.size() < kMaxDepth)
       if (int child = ::openat(at, entry->d_name, kOpenDirectory); child >= 0) stack.emplace_back(child, entry->d_name);
   }
   return newest;
 }
 
-// Removes the tree at `name` under `parent`. A directory deeper than kMaxDepth below it is
-// moved to `top` (the cache's root) under a name of `cut_off`'s, to be removed in turn.
-void remove_entry(int parent, const std::string& name, int top, dev_t device, std::vector<std::string>& cut_off) {
+// Removes the tree at `name` under `parent`, or as much of it as the budget allows. A
+// directory deeper than kMaxDepth below it is moved to `top` (the cache's root) under a
+// name of `cut_off`'s, to be removed in turn.
+void remove_entry(int parent, const std::string& name, int top, dev_t device, std::vector<std::string>& cut_off,
+                  Budget& budget) {
+  if (!budget.take()) return;
   if (::unlinkat(parent, name.c_str(), 0) == 0 || errno != EISDIR) return;
   std::vector<OpenDirectory> stack;
   int fd = ::openat(parent, name.c_str(), kOpenDirectory);
@@ -110,6 +135,7 @@ void remove_entry(int parent, const std::string& name, int top, dev_t device, st
       continue;
     }
     if (is_dot(entry->d_name)) continue;
+    if (!budget.take()) return;
     int at = stack.back().fd();
     if (::unlinkat(at, entry->d_name, 0) == 0 || errno != EISDIR) continue;
     struct stat info {};
@@ -130,7 +156,8 @@ struct Entry {
   std::int64_t newest = 0;
 };
 
-std::vector<Entry> entries_of(int root, dev_t device) {
+// The entries whose newest use was read within the budget.
+std::vector<Entry> entries_of(int root, dev_t device, std::int64_t now, Budget& budget) {
   std::vector<Entry> entries;
   int fd = ::openat(root, ".", kOpenDirectory);
   if (fd < 0) return entries;
@@ -138,18 +165,24 @@ std::vector<Entry> entries_of(int root, dev_t device) {
   if (top.dir == nullptr) return entries;
   while (dirent* entry = ::readdir(top.dir)) {
     if (is_dot(entry->d_name)) continue;
+    if (!budget.take()) break;
     struct stat info {};
     if (::fstatat(top.fd(), entry->d_name, &info, AT_SYMLINK_NOFOLLOW) != 0) continue;
     if (!S_ISDIR(info.st_mode) || info.st_dev != device || std::strncmp(entry->d_name, ".kcoral-cut-", 12) == 0) {
-      entries.push_back({"", entry->d_name, newest_in(top.fd(), entry->d_name, device)});
+      if (auto newest = newest_in(top.fd(), entry->d_name, device, now, budget))
+        entries.push_back({"", entry->d_name, *newest});
       continue;
     }
     int inner_fd = ::openat(top.fd(), entry->d_name, kOpenDirectory);
     if (inner_fd < 0) continue;
     OpenDirectory inner(inner_fd, entry->d_name);
     if (inner.dir == nullptr) continue;
-    while (dirent* child = ::readdir(inner.dir))
-      if (!is_dot(child->d_name)) entries.push_back({entry->d_name, child->d_name, newest_in(inner.fd(), child->d_name, device)});
+    while (dirent* child = ::readdir(inner.dir)) {
+      if (is_dot(child->d_name)) continue;
+      auto newest = newest_in(inner.fd(), child->d_name, device, now, budget);
+      if (!newest) return entries;
+      entries.push_back({entry->d_name, child->d_name, *newest});
+    }
   }
   return entries;
 }
@@ -158,7 +191,7 @@ std::vector<Entry> entries_of(int root, dev_t device) {
 
 std::size_t evict_least_recent(int directory, std::uint64_t target_bytes, std::uint64_t target_inodes,
                                const std::function<CacheUsage()>& usage, std::int64_t now_seconds,
-                               std::int64_t keep_newer_than) {
+                               std::int64_t keep_newer_than, std::uint64_t max_entries) {
   auto over = [&] {
     CacheUsage used = usage();
     return used.bytes > target_bytes || used.inodes > target_inodes;
@@ -166,12 +199,15 @@ std::size_t evict_least_recent(int directory, std::uint64_t target_bytes, std::u
   if (!over()) return 0;
   struct stat root_info {};
   if (::fstat(directory, &root_info) != 0) return 0;
-  std::vector<Entry> entries = entries_of(directory, root_info.st_dev);
+  // Half the entries to read the tree's times, the rest (and what reading left) to remove.
+  Budget budget{max_entries / 2};
+  std::vector<Entry> entries = entries_of(directory, root_info.st_dev, now_seconds, budget);
+  budget.entries += max_entries - max_entries / 2;
   std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) { return a.newest < b.newest; });
   std::size_t removed = 0;
   std::vector<std::string> cut_off;
   for (const Entry& entry : entries) {
-    if (!over() || entry.newest > now_seconds - keep_newer_than) break;
+    if (!over() || entry.newest > now_seconds - keep_newer_than || budget.entries == 0) break;
     int parent = directory;
     UniqueFd inner;
     if (!entry.parent.empty()) {
@@ -179,11 +215,11 @@ std::size_t evict_least_recent(int directory, std::uint64_t target_bytes, std::u
       if (!inner) continue;
       parent = inner.get();
     }
-    remove_entry(parent, entry.name, directory, root_info.st_dev, cut_off);
+    remove_entry(parent, entry.name, directory, root_info.st_dev, cut_off, budget);
     while (!cut_off.empty()) {
       std::string next = std::move(cut_off.back());
       cut_off.pop_back();
-      remove_entry(directory, next, directory, root_info.st_dev, cut_off);
+      remove_entry(directory, next, directory, root_info.st_dev, cut_off, budget);
     }
     ++removed;
   }
@@ -284,21 +320,17 @@ Result<std::unique_ptr<CompileCaches>> CompileCaches::open(Config config) {
   return std::unique_ptr<CompileCaches>(new CompileCaches(std::move(config), std::move(host)));
 }
 
-CompileCaches::CompileCaches(Config config, UniqueFd host_namespace)
-    : config_(std::move(config)), host_namespace_(std::move(host_namespace)), thread_([this] { serve(); }) {}
+CompileCaches::TaskThread::TaskThread(std::function<void()> first)
+    : thread_([this, first = std::move(first)] { serve(first); }) {}
 
-CompileCaches::~CompileCaches() {
-  {
-    std::lock_guard lock(mutex_);
-    stopping_ = true;
-  }
-  wake_.notify_one();
-  thread_.join();
-  ::umount2(config_.root.c_str(), MNT_DETACH);
-  remove_tree(config_.root);
+CompileCaches::TaskThread::~TaskThread() { end(); }
+
+void CompileCaches::TaskThread::end() {
+  stop();
+  if (thread_.joinable()) thread_.join();
 }
 
-void CompileCaches::post(std::function<void()> task) {
+void CompileCaches::TaskThread::post(std::function<void()> task) {
   {
     std::lock_guard lock(mutex_);
     tasks_.push_back(std::move(task));
@@ -306,9 +338,16 @@ void CompileCaches::post(std::function<void()> task) {
   wake_.notify_one();
 }
 
-void CompileCaches::serve() {
-  // Entering another mount namespace needs a filesystem context of this thread's own.
-  bool own_context = ::unshare(CLONE_FS) == 0;
+void CompileCaches::TaskThread::stop() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_one();
+}
+
+void CompileCaches::TaskThread::serve(const std::function<void()>& first) {
+  if (first) first();
   while (true) {
     std::function<void()> task;
     {
@@ -318,18 +357,40 @@ void CompileCaches::serve() {
       task = std::move(tasks_.front());
       tasks_.pop_front();
     }
-    if (own_context) task();
+    task();
   }
 }
 
+CompileCaches::CompileCaches(Config config, UniqueFd host_namespace)
+    : config_(std::move(config)),
+      host_namespace_(std::move(host_namespace)),
+      // Entering another mount namespace needs a filesystem context of the thread's own.
+      mounts_([this] {
+        if (::unshare(CLONE_FS) == 0) return;
+        std::lock_guard lock(mutex_);
+        mounts_usable_ = false;
+      }) {}
+
+CompileCaches::~CompileCaches() {
+  mounts_.end();
+  trims_.end();
+  ::umount2(config_.root.c_str(), MNT_DETACH);
+  remove_tree(config_.root);
+}
+
 void CompileCaches::attach(int pidfd, pid_t pid, std::size_t tenant, Done done) {
-  post([this, pidfd, pid, tenant, done = std::move(done)] { done(attach_now(pidfd, pid, tenant)); });
+  mounts_.post([this, pidfd, pid, tenant, done = std::move(done)] { done(attach_now(pidfd, pid, tenant)); });
+}
+
+bool CompileCaches::is_mounted(std::size_t tenant) {
+  std::lock_guard lock(mutex_);
+  return tenant < mounted_.size() && mounted_[tenant];
 }
 
 std::string CompileCaches::path_of(std::size_t tenant) const { return config_.root + "/" + std::to_string(tenant); }
 
 Status CompileCaches::mount_tenant(std::size_t tenant) {
-  if (tenant < mounted_.size() && mounted_[tenant]) return {};
+  if (is_mounted(tenant)) return {};
   std::string path = path_of(tenant);
   if (::mkdir(path.c_str(), 0700) != 0 && errno != EEXIST) return system_error("mkdir " + path);
   std::string options = "size=" + std::to_string(config_.bytes_per_tenant) +
@@ -338,12 +399,17 @@ Status CompileCaches::mount_tenant(std::size_t tenant) {
   // Access times kept exactly: they order the eviction.
   if (::mount("tmpfs", path.c_str(), "tmpfs", MS_NOSUID | MS_NODEV | MS_STRICTATIME, options.c_str()) != 0)
     return system_error("mounting the compile cache's tmpfs on " + path);
+  std::lock_guard lock(mutex_);
   if (tenant >= mounted_.size()) mounted_.resize(tenant + 1, false);
   mounted_[tenant] = true;
   return {};
 }
 
 Status CompileCaches::attach_now(int pidfd, pid_t pid, std::size_t tenant) {
+  {
+    std::lock_guard lock(mutex_);
+    if (!mounts_usable_) return fail(ErrorKind::engine, "the compile caches stopped");
+  }
   if (auto mounted = mount_tenant(tenant); !mounted) return mounted;
   std::string path = path_of(tenant);
   UniqueFd tree(mount_calls::open_tree(AT_FDCWD, path.c_str(), OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC));
@@ -366,8 +432,7 @@ Status CompileCaches::attach_now(int pidfd, pid_t pid, std::size_t tenant) {
     std::fprintf(stderr, "kcoral-server: the compile caches' thread could not come back from a worker's mount "
                          "namespace (%s); no compile cache is mounted from now on\n", std::strerror(errno));
     std::lock_guard lock(mutex_);
-    stopping_ = true;
-    tasks_.clear();
+    mounts_usable_ = false;
     return fail(ErrorKind::engine, "the compile caches stopped");
   }
   if (moved != 0) {
@@ -378,20 +443,33 @@ Status CompileCaches::attach_now(int pidfd, pid_t pid, std::size_t tenant) {
 }
 
 void CompileCaches::trim(std::size_t tenant) {
-  post([this, tenant] {
-    if (tenant >= mounted_.size() || !mounted_[tenant]) return;
-    UniqueFd root(::open(path_of(tenant).c_str(), kOpenDirectory));
-    if (!root) return;
-    auto usage = [fd = root.get()]() -> CacheUsage {
-      struct statfs info {};
-      if (::fstatfs(fd, &info) != 0) return {};
-      return {(info.f_blocks - info.f_bfree) * static_cast<std::uint64_t>(info.f_bsize), info.f_files - info.f_ffree};
-    };
-    std::uint64_t bytes = config_.bytes_per_tenant, inodes = inodes_for(bytes);
-    CacheUsage used = usage();
-    if (used.bytes <= bytes / 4 * 3 && used.inodes <= inodes / 4 * 3) return;
-    evict_least_recent(root.get(), bytes / 2, inodes / 2, usage, std::time(nullptr), kKeepNewerThanSeconds);
-  });
+  {
+    std::lock_guard lock(mutex_);
+    if (tenant >= trim_queued_.size()) trim_queued_.resize(tenant + 1, false);
+    if (trim_queued_[tenant]) return;  // that one reads the cache as it is then
+    trim_queued_[tenant] = true;
+  }
+  trims_.post([this, tenant] { trim_now(tenant); });
+}
+
+void CompileCaches::trim_now(std::size_t tenant) {
+  {
+    std::lock_guard lock(mutex_);
+    trim_queued_[tenant] = false;
+  }
+  if (!is_mounted(tenant)) return;
+  UniqueFd root(::open(path_of(tenant).c_str(), kOpenDirectory));
+  if (!root) return;
+  auto usage = [fd = root.get()]() -> CacheUsage {
+    struct statfs info {};
+    if (::fstatfs(fd, &info) != 0) return {};
+    return {(info.f_blocks - info.f_bfree) * static_cast<std::uint64_t>(info.f_bsize), info.f_files - info.f_ffree};
+  };
+  std::uint64_t bytes = config_.bytes_per_tenant, inodes = inodes_for(bytes);
+  CacheUsage used = usage();
+  if (used.bytes <= bytes / 4 * 3 && used.inodes <= inodes / 4 * 3) return;
+  evict_least_recent(root.get(), bytes / 2, inodes / 2, usage, std::time(nullptr), kKeepNewerThanSeconds,
+                     2 * inodes);
 }
 
 }  // namespace kcoral

@@ -20,8 +20,11 @@
 //     programs, once it holds more than three quarters of its bytes or inodes, its
 //     entries (what each top-level directory holds, and the top-level files) go, oldest
 //     access first, until it holds half; an entry used in the last 30 s stays (a running
-//     program may be writing it), and the tmpfs's own bound stops a program that writes
-//     more than the cache holds (ENOSPC).
+//     program may be writing it), one dated in the future (utime can) counts as the
+//     oldest, and the tmpfs's own bound stops a program that writes more than the cache
+//     holds (ENOSPC). A trim reads and removes at most twice as many entries as the cache
+//     has inodes, so that a tree the tenant's running programs keep changing under it (a
+//     directory renamed ahead of the walk each time it is opened) cannot keep it going.
 //
 // A tenant's cache is reachable only from its own programs' sandboxes: another tenant's
 // worker never has it mounted (the pool binds a worker to the tenant of its first
@@ -34,8 +37,10 @@
 // says why not when it does not (the server then runs without, and says so).
 //
 // Mounting is done on a thread of its own (it enters a worker's mount namespace, which a
-// thread sharing its filesystem context with others may not); attach() and trim() queue
-// work for it and return at once.
+// thread sharing its filesystem context with others may not), and trimming on another,
+// so that no tenant's cache, however it is made to walk, delays another tenant's worker
+// waiting for its mount; attach() and trim() queue work for them and return at once. A
+// tenant has one trim queued at most.
 //
 //   auto caches = CompileCaches::open({work_root + "/compile-cache", 1 << 30});
 //   (*caches)->attach(worker_pidfd, worker_pid, tenant, [](Status attached) { ... });
@@ -48,6 +53,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -88,35 +94,59 @@ class CompileCaches {
   [[nodiscard]] std::uint64_t bytes_per_tenant() const { return config_.bytes_per_tenant; }
 
  private:
+  // A thread running the tasks given it in order, after `first`; `stop` drops those not
+  // started.
+  class TaskThread {
+   public:
+    explicit TaskThread(std::function<void()> first = {});
+    TaskThread(const TaskThread&) = delete;
+    TaskThread& operator=(const TaskThread&) = delete;
+    ~TaskThread();
+    void post(std::function<void()> task);
+    void stop();
+    void end();  // stops, and waits for the task running
+
+   private:
+    void serve(const std::function<void()>& first);
+    std::mutex mutex_;
+    std::condition_variable wake_;
+    std::deque<std::function<void()>> tasks_;
+    bool stopping_ = false;
+    std::thread thread_;
+  };
+
   explicit CompileCaches(Config config, UniqueFd host_namespace);
-  void serve();
-  void post(std::function<void()> task);
   Status mount_tenant(std::size_t tenant);
   Status attach_now(int pidfd, pid_t pid, std::size_t tenant);
+  void trim_now(std::size_t tenant);
+  [[nodiscard]] bool is_mounted(std::size_t tenant);
   [[nodiscard]] std::string path_of(std::size_t tenant) const;
 
   Config config_;
   UniqueFd host_namespace_;  // this process's mount namespace, to come back to
-  std::vector<bool> mounted_;  // by tenant; the caches' thread's alone
-  std::mutex mutex_;
-  std::condition_variable wake_;
-  std::deque<std::function<void()>> tasks_;
-  bool stopping_ = false;
-  std::thread thread_;
+  std::mutex mutex_;         // guards the two below
+  std::vector<bool> mounted_;         // by tenant
+  std::vector<bool> trim_queued_;     // by tenant
+  bool mounts_usable_ = true;  // false once the mounting thread could not come back to its namespace
+  TaskThread trims_;
+  TaskThread mounts_;
 };
 
 // The eviction, apart so that it can be tested on any directory: while `directory` (a
 // descriptor of a directory) holds more than `target_bytes` or `target_inodes` by
 // `usage`, removes its least recently used entry (see above) not used within
-// `keep_newer_than` seconds before `now`. Never follows a link, never leaves the file
-// system it starts on, holds at most 64 + a few descriptors however deep the tree, and
-// reads without touching access times. Returns the entries removed.
+// `keep_newer_than` seconds before `now` (one used after `now` counts as the oldest).
+// Never follows a link, never leaves the file system it starts on, holds at most 64 + a
+// few descriptors however deep the tree, and reads without touching access times. Reads
+// and removes `max_entries` entries at most, in all: an entry not read for its times by
+// then stays. Returns the entries removed.
 struct CacheUsage {
   std::uint64_t bytes = 0;
   std::uint64_t inodes = 0;
 };
 std::size_t evict_least_recent(int directory, std::uint64_t target_bytes, std::uint64_t target_inodes,
                                const std::function<CacheUsage()>& usage, std::int64_t now_seconds,
-                               std::int64_t keep_newer_than);
+                               std::int64_t keep_newer_than,
+                               std::uint64_t max_entries = std::numeric_limits<std::uint64_t>::max());
 
 }  // namespace kcoral

@@ -4,7 +4,8 @@
 // links are removed and never followed (what they point at survives), a tree deeper than
 // the walk holds descriptors for goes whole with few descriptors, so do 50,000 entries of
 // one directory (oldest first), and reading the tree for its times touches no access
-// time. The mounts themselves need root and a kernel with idmapped tmpfs mounts:
+// time. An entry dated in the future goes first, and an eviction reads and removes no more
+// entries than it is given. The mounts themselves need root and a kernel with idmapped tmpfs mounts:
 // test/python/e2e/test_e2e_compile_cache.py runs them for real.
 #include <doctest/doctest.h>
 
@@ -105,6 +106,36 @@ TEST_CASE("entries used within the last seconds stay, even over the target") {
   CHECK(evict(root, 0) == 1);
   CHECK(!fs::exists(root + "/triton/a"));
   CHECK(fs::exists(root + "/triton/b/x"));
+}
+
+TEST_CASE("an entry dated in the future counts as the oldest: no date keeps an entry") {
+  kcoral::test::TempDir dir;
+  const std::string root = dir / "cache";
+  write_file(root + "/triton/old/x", 1000);
+  write_file(root + "/triton/pinned/x", 1000);
+  set_times(root + "/triton/old/x", kNow - 1000);
+  set_times(root + "/triton/old", kNow - 1000);
+  set_times(root + "/triton/pinned/x", kNow + 10 * 365 * 86400);
+  set_times(root + "/triton/pinned", kNow + 10 * 365 * 86400);
+  CHECK(evict(root, 1000) == 1);
+  CHECK(!fs::exists(root + "/triton/pinned"));
+  CHECK(fs::exists(root + "/triton/old/x"));
+}
+
+TEST_CASE("an eviction reads and removes at most the entries it is given, however large the tree") {
+  kcoral::test::TempDir dir;
+  const std::string root = dir / "cache";
+  for (int i = 0; i < 1000; ++i) write_file(root + "/triton/" + std::to_string(i), 1);
+  for (const auto& entry : fs::directory_iterator(root + "/triton")) set_times(entry.path(), kNow - 1000);
+  UniqueFd fd(::open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  REQUIRE(fd);
+  // 100 to read (the top-level directory, then 99 of its entries), 100 to remove.
+  std::size_t removed =
+      kcoral::evict_least_recent(fd.get(), 0, 0, [&] { return usage_of(root); }, kNow, 30, /*max_entries=*/200);
+  CHECK(removed == 99);
+  CHECK(usage_of(root).bytes == 1000 - 99);
+  // Unbounded, the same tree goes whole.
+  CHECK(kcoral::evict_least_recent(fd.get(), 0, 0, [&] { return usage_of(root); }, kNow, 30) == 1000 - 99);
 }
 
 TEST_CASE("links are removed as links: what they point at survives") {

@@ -10,6 +10,10 @@ alice and bob (kcoral-server/front/compile_caches.hpp):
 - the eviction, which runs as root outside the sandbox, never follows a link a program
   planted (a link to a directory of the host, inside an entry or as one), and removes a
   tree of 2,000 levels;
+- a tenant's cache made to keep its trim walking (a tree of 25,000 directories dated ten
+  years ahead, and one of its programs renaming that tree ahead of the walk each time the
+  walk opens it) delays no other tenant's program, whose worker's cache is mounted on a
+  thread that never trims (the dates keep nothing, and a trim's work is bounded);
 - a reused worker (--programs-per-worker) runs one tenant's programs only;
 - with --compile-cache-bytes 0 the variables still point somewhere writable (the scratch
   space's stand-in), and nothing survives the program;
@@ -24,6 +28,8 @@ from __future__ import annotations
 import os
 import secrets
 import signal
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -88,6 +94,51 @@ def entries(count, megabytes_each, age_seconds):
 
 def listing():
     return sorted(p.name for p in cache().iterdir()) if cache().is_dir() else []
+
+def pin(tops, children):
+    """`tops` empty directories and, in the one the trim opens first, a directory T of
+    `children` subdirectories, all dated ten years ahead, so that no date makes them old."""
+    future = time.time() + 10 * 365 * 86400
+    root = pathlib.Path(os.environ["KCORAL_COMPILE_CACHE"])
+    for i in range(tops):
+        (root / f"D{i:05d}").mkdir()
+    pinned = root / f"D{tops - 1:05d}" / "T"  # a tmpfs lists its newest entries first
+    pinned.mkdir()
+    fd = os.open(pinned, os.O_RDONLY)
+    for i in range(children):
+        os.mkdir(str(i), dir_fd=fd)
+        os.utime(str(i), (future, future), dir_fd=fd)
+    os.close(fd)
+    for path in [pinned, *root.iterdir()]:
+        os.utime(path, (future, future))
+    return os.listdir(root)[0]
+
+def move_ahead(seconds):
+    """Each time the trim (as root, outside the sandbox) opens T, renames T into the next
+    top-level directory its walk has not read yet: a walk that follows it reads T once a
+    top-level directory. For `seconds`, or until T is gone; the moves made."""
+    import ctypes, select
+    root = pathlib.Path(os.environ["KCORAL_COMPILE_CACHE"])
+    order = os.listdir(root)
+    where = next(i for i, name in enumerate(order) if (root / name / "T").is_dir())
+    libc = ctypes.CDLL(None, use_errno=True)
+    inotify = libc.inotify_init1(0)
+    moves = 0
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        watch = libc.inotify_add_watch(inotify, str(root / order[where] / "T").encode(), 0x20)  # IN_OPEN
+        if watch < 0:
+            break  # T is gone: the trim removed it
+        if select.select([inotify], [], [], 0.5)[0]:
+            os.read(inotify, 65536)
+            try:
+                os.rename(root / order[where] / "T", root / order[(where + 1) % len(order)] / "T")
+            except OSError:
+                break
+            where = (where + 1) % len(order)
+            moves += 1
+        libc.inotify_rm_watch(inotify, watch)
+    return moves
 
 def links_to(host_directory, megabytes):
     """Links to `host_directory` (a path of the host, not of this sandbox) as an entry, and
@@ -196,6 +247,29 @@ def test_the_trim_never_follows_a_link_and_removes_deep_trees(start_server, toke
     assert wait_until(lambda: result(server, ALICE, "listing") == [], 20), result(server, ALICE, "listing")
     assert (host / "canary").read_text() == "keep me"
     assert (host / "deeper" / "canary").read_text() == "keep me too"
+
+
+def test_a_cache_made_to_walk_without_end_delays_no_other_tenant(start_server, token_file):
+    server = start(start_server, token_file, workers=4)  # 65,536 inodes: a trim past 49,152
+    result(server, ALICE, "pin", 25_000, 25_000)
+    moves: dict = {}
+
+    def mover() -> None:
+        moves["count"] = result(server, ALICE, "move_ahead", 25)
+
+    thread = threading.Thread(target=mover)
+    thread.start()
+    time.sleep(1)
+    result(server, ALICE, "listing")  # a trim after it, which would follow T from directory to directory
+    time.sleep(1)
+    # Bob's programs take fresh workers, whose caches are mounted meanwhile. Before, the one
+    # thread that mounts them walked alice's tree 25,000 times over (hours).
+    for _ in range(3):
+        with server.client(20, token=BOB) as client:
+            assert client.execute(call(CACHE, "listing")).raise_for_error()["out"] == []
+    thread.join(60)
+    assert isinstance(moves.get("count"), int), moves
+    assert result(server, ALICE, "listing") == []  # and alice is still served
 
 
 def test_a_reused_worker_runs_one_tenants_programs_only(start_server, token_file):
