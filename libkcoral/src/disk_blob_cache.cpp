@@ -170,13 +170,17 @@ void DiskBlobCache::scan() {
   std::sort(found.begin(), found.end(), [](const Found& a, const Found& b) {
     return std::tie(a.used.tv_sec, a.used.tv_nsec) > std::tie(b.used.tv_sec, b.used.tv_nsec);
   });
-  std::lock_guard lock(mutex_);
-  for (Found& blob : found) {
-    lru_.push_back(blob.key);
-    entries_.emplace(blob.key, Entry{blob.bytes, std::prev(lru_.end())});
-    size_bytes_ += charged(blob.bytes);
+  std::vector<std::string> evicted;
+  {
+    std::lock_guard lock(mutex_);
+    for (Found& blob : found) {
+      lru_.push_back(blob.key);
+      entries_.emplace(blob.key, Entry{blob.bytes, std::prev(lru_.end())});
+      size_bytes_ += charged(blob.bytes);
+    }
+    evicted = evict_locked();
   }
-  evict_locked();
+  remove_files(evicted);
 }
 
 void DiskBlobCache::store(std::string_view tenant, const std::string& digest, const Blob& blob) {
@@ -244,12 +248,16 @@ void DiskBlobCache::write(const std::string& key, const Blob& blob) {
     ::unlinkat(tmp_.get(), temporary.c_str(), 0);
     return;
   }
-  std::lock_guard lock(mutex_);
-  if (entries_.contains(key)) return;
-  lru_.push_front(key);
-  entries_.emplace(key, Entry{blob.size(), lru_.begin()});
-  size_bytes_ += charged(blob.size());
-  evict_locked();
+  std::vector<std::string> evicted;
+  {
+    std::lock_guard lock(mutex_);
+    if (entries_.contains(key)) return;
+    lru_.push_front(key);
+    entries_.emplace(key, Entry{blob.size(), lru_.begin()});
+    size_bytes_ += charged(blob.size());
+    evicted = evict_locked();
+  }
+  remove_files(evicted);
 }
 
 std::optional<std::uint64_t> DiskBlobCache::size_of(std::string_view tenant, const std::string& digest) const {
@@ -296,13 +304,21 @@ std::optional<Blob> DiskBlobCache::load(std::string_view tenant, const std::stri
   return blob;
 }
 
-void DiskBlobCache::evict_locked() {
+std::vector<std::string> DiskBlobCache::evict_locked() {
+  std::vector<std::string> evicted;
   while ((size_bytes_ > capacity_bytes_ || entries_.size() > max_blobs_) && !lru_.empty()) {
-    std::string key = lru_.back();
+    evicted.push_back(lru_.back());
+    forget_locked(evicted.back());
+  }
+  return evicted;
+}
+
+// Only the writing thread (or open) removes files, so a blob evicted here and stored again
+// meanwhile is written after its old file is gone.
+void DiskBlobCache::remove_files(const std::vector<std::string>& keys) const {
+  for (const std::string& key : keys)
     if (UniqueFd directory = subdirectory(key, /*create=*/false))
       ::unlinkat(directory.get(), digest_of(key).c_str(), 0);
-    forget_locked(key);
-  }
 }
 
 void DiskBlobCache::forget_locked(const std::string& key) {

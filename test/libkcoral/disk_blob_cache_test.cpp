@@ -143,8 +143,11 @@ TEST_CASE("the blob bound evicts the least recently used, and holds across a reo
     CHECK(load(*cache, kcoral::sha256_hex("one")).has_value());  // now the most recent
     store(*cache, "four");
     CHECK(cache->count() == 3);
+    // The evicted blob's file is gone too (removed once the index lets it go).
+    const std::string two = kcoral::sha256_hex("two");
+    CHECK_FALSE(std::filesystem::exists(tenant_path(dir.path()) + "/" + two.substr(0, 2) + "/" + two));
     CHECK(load(*cache, kcoral::sha256_hex("one")).has_value());
-    CHECK_FALSE(load(*cache, kcoral::sha256_hex("two")).has_value());
+    CHECK_FALSE(load(*cache, two).has_value());
   }
   auto cache = open_cache(dir.path(), 1 << 20, 2);
   CHECK(cache->count() == 2);

@@ -42,6 +42,7 @@
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
+#include <vector>
 
 #include "kcoral/blob.hpp"
 #include "kcoral/error.hpp"
@@ -86,7 +87,11 @@ class DiskBlobCache {
   void scan();
   void write_loop();
   void write(const std::string& key, const Blob& blob);
-  void evict_locked();
+  // Forgets the least recently used blobs until the cache is within its budgets; their
+  // keys, whose files remove_files removes once the lock is let go (unlinking tens of
+  // thousands of files under it held every request that names a blob).
+  [[nodiscard]] std::vector<std::string> evict_locked();
+  void remove_files(const std::vector<std::string>& keys) const;
   void forget_locked(const std::string& key);
   // DIR/<tenant>/ab of the key's digest ab…, made first when `create`; invalid when either
   // is not a directory.
