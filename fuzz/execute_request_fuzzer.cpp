@@ -7,7 +7,7 @@
 // `program` part's text, and every blob carried is one the program references, holding
 // bytes whose SHA-256 is its name; the blobs share one memfd (the body's), in which every
 // byte outside them is zero, so a worker given it reads the blobs and nothing else. And a
-// blob store resolving it asks its budget for exactly the bytes bytes_to_make said it would.
+// blob store resolving it asks its budget for exactly the bytes to_make said it would.
 #include <unistd.h>
 
 #include <algorithm>
@@ -41,7 +41,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (request->blobs.empty()) return 0;
   {
     kcoral::BlobStore store(std::size_t{1} << 30);
-    std::uint64_t said = store.bytes_to_make("fuzz", request->program, request->blobs);
+    std::uint64_t said = store.to_make("fuzz", request->program, request->blobs).bytes;
     std::uint64_t asked = 0;
     auto resolved = store.resolve("fuzz", request->program, request->blobs, [&](std::uint64_t bytes) {
       asked += bytes;

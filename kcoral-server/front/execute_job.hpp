@@ -42,6 +42,10 @@ struct JobOutcome {
 // answer whose text is that long (router.hpp), reading and decoding a worker's frame that
 // long (worker_handle.hpp).
 inline constexpr std::uint64_t kLongStepBytes = std::uint64_t{1} << 20;
+// So does an admission that makes this many blobs, whatever their size: each is a memfd of
+// its own, and one read back from the disk is opened, mapped and hashed (8,000 of them,
+// tens of milliseconds of an I/O thread).
+inline constexpr std::size_t kLongStepBlobs = 16;
 
 // Seconds (a flag's value) as a timer's duration.
 inline std::chrono::steady_clock::duration seconds_duration(double seconds) {

@@ -164,8 +164,9 @@ RouteResult execute(HttpRequest& request, ServerState& state, std::string reques
       parse_execute_request({content_type.data(), content_type.size()}, request.body().settled(), {}, holds.parse);
   if (!parsed) return refuse(parsed.error());
   // Blobs loaded from the disk or copied for this program: the rest of its admission takes
-  // as long as they are large.
-  if (state.blobs.bytes_to_make(state.tenants.key(*info.tenant), parsed->program, parsed->blobs) >= kLongStepBytes)
+  // as long as they are large, or many.
+  auto to_make = state.blobs.to_make(state.tenants.key(*info.tenant), parsed->program, parsed->blobs);
+  if (to_make.bytes >= kLongStepBytes || to_make.blobs >= kLongStepBlobs)
     return {std::nullopt, nullptr,
             [info = std::move(info), &state, parsed = std::move(*parsed), copies = holds.copies]() mutable {
               return admit(std::move(info), state, std::move(parsed), copies);

@@ -208,8 +208,7 @@ Result<BlobStore::Resolution> BlobStore::resolve(std::string_view tenant, const 
   return resolution;
 }
 
-std::uint64_t BlobStore::bytes_to_make(std::string_view tenant, const Program& program,
-                                       const BlobMap& supplied) const {
+BlobStore::ToMake BlobStore::to_make(std::string_view tenant, const Program& program, const BlobMap& supplied) const {
   BlobMap found;
   std::vector<std::string> elsewhere;
   {
@@ -222,15 +221,22 @@ std::uint64_t BlobStore::bytes_to_make(std::string_view tenant, const Program& p
       else elsewhere.push_back(digest);
     }
   }
-  std::uint64_t bytes = 0;
+  ToMake made;
   if (disk_ != nullptr)
-    for (const std::string& digest : elsewhere) bytes += disk_->size_of(tenant, digest).value_or(0);
+    for (const std::string& digest : elsewhere)
+      if (auto size = disk_->size_of(tenant, digest)) {
+        made.bytes += *size;
+        ++made.blobs;
+      }
   // confine's copies (a blob read back from the disk has a memfd of its own).
   std::unordered_map<int, std::size_t> used;
   for (const auto& [digest, blob] : found) ++used[blob.fd()];
   for (const auto& [digest, blob] : found)
-    if (used[blob.fd()] != blob.file_parts()) bytes += blob.size();
-  return bytes;
+    if (used[blob.fd()] != blob.file_parts()) {
+      made.bytes += blob.size();
+      ++made.blobs;
+    }
+  return made;
 }
 
 std::size_t BlobStore::size_bytes() const {

@@ -170,8 +170,9 @@ TEST_CASE("a BlobStore over a disk cache finds there what memory lost") {
   kcoral::BlobStore second({1 << 20}, disk.get());  // a new process's empty memory
   // What resolve will read back, said beforehand (a server does that step elsewhere), and
   // then asked of the budget; for another tenant, nothing.
-  CHECK(second.bytes_to_make("alice", program->program, {}) == data.size());
-  CHECK(second.bytes_to_make("bob", program->program, {}) == 0);
+  CHECK(second.to_make("alice", program->program, {}).bytes == data.size());
+  CHECK(second.to_make("alice", program->program, {}).blobs == 1);
+  CHECK(second.to_make("bob", program->program, {}).blobs == 0);
   std::vector<std::uint64_t> asked;
   auto resolved = second.resolve("alice", program->program, {}, [&](std::uint64_t bytes) {
     asked.push_back(bytes);
@@ -179,7 +180,7 @@ TEST_CASE("a BlobStore over a disk cache finds there what memory lost") {
   });
   REQUIRE(resolved.has_value());
   CHECK(asked == std::vector<std::uint64_t>{data.size()});
-  CHECK(second.bytes_to_make("alice", program->program, {}) == 0);  // in memory now
+  CHECK(second.to_make("alice", program->program, {}).blobs == 0);  // in memory now
   CHECK(resolved->missing.empty());
   CHECK(resolved->blobs.at(kcoral::sha256_hex(data)).view() == data);
   CHECK(second.count() == 1);

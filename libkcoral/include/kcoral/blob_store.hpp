@@ -113,11 +113,16 @@ class BlobStore {
   // the server hold copies past its budget: `busy` when it refuses.
   [[nodiscard]] Result<Resolution> resolve(std::string_view tenant, const Program& program, BlobMap supplied,
                                            const CopyBudget& budget = {});
-  // The bytes resolve(tenant, program, supplied) would load from the disk or copy, as
-  // things stand now: what makes its time grow, for a caller that runs long steps
-  // elsewhere. Changes nothing; resolve may find it otherwise a moment later.
-  [[nodiscard]] std::uint64_t bytes_to_make(std::string_view tenant, const Program& program,
-                                            const BlobMap& supplied) const;
+  // What resolve(tenant, program, supplied) would load from the disk or copy, as things
+  // stand now: its bytes (what it asks of its budget) and its blobs (each a memfd of its
+  // own; one from the disk is opened, mapped and hashed too), what makes its time grow,
+  // for a caller that runs long steps elsewhere. Changes nothing; resolve may find it
+  // otherwise a moment later.
+  struct ToMake {
+    std::uint64_t bytes = 0;
+    std::size_t blobs = 0;
+  };
+  [[nodiscard]] ToMake to_make(std::string_view tenant, const Program& program, const BlobMap& supplied) const;
 
   [[nodiscard]] std::size_t size_bytes() const;  // of the distinct memfds held
   [[nodiscard]] std::size_t count() const;       // blobs

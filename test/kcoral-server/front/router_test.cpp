@@ -220,6 +220,33 @@ TEST_CASE("missing blobs are a 200 CACHE_MISS listing them; supplied ones are ca
   CHECK(again.job->admitted.blobs.at(kcoral::sha256_hex("have")).view() == "have");
 }
 
+TEST_CASE("an admission that makes 16 blobs or more, however small, is a long step") {
+  ServerFixture server;
+  std::vector<std::string> datas;
+  for (int i = 0; i < 32; ++i) datas.push_back("blob " + std::to_string(i));
+  const std::string program = program_with_bytes(datas);
+  std::vector<std::string> names;
+  for (const std::string& data : datas) names.push_back(blob_name(data));
+  std::vector<kcoral::OutgoingPart> parts{program_part(program)};
+  for (std::size_t i = 0; i < datas.size(); ++i) parts.push_back({names[i], "application/octet-stream", datas[i]});
+  REQUIRE(server.execute(parts).job);  // cached, all in the one memfd of that body
+  // Naming some of them, each needs a memfd of its own: a copy made for the program (or,
+  // from the disk cache, a file opened, mapped and hashed).
+  auto named = [&](std::size_t count) {
+    const std::string text = program_with_bytes({datas.begin(), datas.begin() + count});
+    return server.execute({program_part(text)});
+  };
+  auto few = named(kcoral::kLongStepBlobs - 1);
+  CHECK(few.job);
+  auto many = named(kcoral::kLongStepBlobs);
+  CHECK_FALSE(many.job);
+  CHECK_FALSE(many.response.has_value());
+  REQUIRE(many.rest);
+  auto admitted = many.rest();
+  REQUIRE(admitted.job);
+  CHECK(admitted.job->admitted.blobs.size() == kcoral::kLongStepBlobs);
+}
+
 TEST_CASE("a complete /execute becomes a job with defaults taken from the config") {
   ServerFixture server;
   const std::string program = program_with_bytes({"data"});
