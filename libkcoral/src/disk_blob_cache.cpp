@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -222,7 +223,19 @@ void DiskBlobCache::write_loop() {
   }
 }
 
+// The file system is shared with whatever else lives on it (the event log, the work root,
+// other services), and its free space may be less than the budget: a blob is not kept when
+// writing it would leave less than a tenth of the file system free.
+bool DiskBlobCache::leaves_room_for(const Blob& blob) const {
+  struct statvfs info {};
+  if (::fstatvfs(root_.get(), &info) != 0) return false;
+  const std::uint64_t free = static_cast<std::uint64_t>(info.f_bavail) * info.f_frsize;
+  const std::uint64_t total = static_cast<std::uint64_t>(info.f_blocks) * info.f_frsize;
+  return free >= charged(blob.size()) + total / 10;
+}
+
 void DiskBlobCache::write(const std::string& key, const Blob& blob) {
+  if (!leaves_room_for(blob)) return;
   UniqueFd directory = subdirectory(key, /*create=*/true);
   if (!directory) return;
   std::string digest = digest_of(key);

@@ -6,7 +6,9 @@
 // or one others may write to, is refused; links and other non-files planted under it are
 // never followed, read or written through.
 #include <doctest/doctest.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -151,6 +153,27 @@ TEST_CASE("the blob bound evicts the least recently used, and holds across a reo
   }
   auto cache = open_cache(dir.path(), 1 << 20, 2);
   CHECK(cache->count() == 2);
+}
+
+TEST_CASE("blobs are not kept past a tenth of the file system's free space, whatever the budget") {
+  if (::geteuid() != 0) {
+    MESSAGE("skipped: mounting a small file system needs root");
+    return;
+  }
+  kcoral::test::TempDir dir;
+  const std::string small = dir / "small";
+  REQUIRE(::mkdir(small.c_str(), 0700) == 0);
+  REQUIRE(::mount("tmpfs", small.c_str(), "tmpfs", 0, "size=2m,mode=0700") == 0);
+  {
+    auto cache = open_cache(small + "/cache", std::uint64_t{16} << 20);  // a budget 8 times the disk
+    for (int i = 0; i < 40; ++i) store(*cache, std::string(std::size_t{100} << 10, static_cast<char>('a' + i % 26)) +
+                                                   std::to_string(i));
+    struct statvfs info {};
+    REQUIRE(::statvfs(small.c_str(), &info) == 0);
+    CHECK(info.f_bavail * 10 >= info.f_blocks);  // a tenth left for what else lives there
+    CHECK(cache->count() > 5);                   // and the rest used
+  }
+  ::umount2(small.c_str(), MNT_DETACH);
 }
 
 TEST_CASE("a BlobStore over a disk cache finds there what memory lost") {

@@ -13,7 +13,9 @@
 // by the files' modification times (touched on each use). A blob is charged what it takes
 // (charged(): its blocks, and a block for its inode, directory entry and place in the
 // index), so that tiny blobs cannot fill the disk's inodes and the index's memory under a
-// budget counted in their bytes. Blobs charged over a quarter of the budget are not kept.
+// budget counted in their bytes. Blobs charged over a quarter of the budget are not kept,
+// nor one whose write would leave less than a tenth of the file system free (the budget
+// may be more than it holds, and it is shared with whatever else lives there).
 // Thread-safe.
 //
 // Whoever can write to the directory could plant links in it and have the server write
@@ -87,6 +89,7 @@ class DiskBlobCache {
   void scan();
   void write_loop();
   void write(const std::string& key, const Blob& blob);
+  [[nodiscard]] bool leaves_room_for(const Blob& blob) const;
   // Forgets the least recently used blobs until the cache is within its budgets; their
   // keys, whose files remove_files removes once the lock is let go (unlinking tens of
   // thousands of files under it held every request that names a blob).
