@@ -42,10 +42,13 @@ struct JobOutcome {
 // answer whose text is that long (router.hpp), reading and decoding a worker's frame that
 // long (worker_handle.hpp).
 inline constexpr std::uint64_t kLongStepBytes = std::uint64_t{1} << 20;
-// So does an admission that makes this many blobs, whatever their size: each is a memfd of
-// its own, and one read back from the disk is opened, mapped and hashed (8,000 of them,
-// tens of milliseconds of an I/O thread).
+// So does an admission that reads this many blobs back from the disk cache, whatever their
+// size: each is opened, mapped, hashed and given a memfd of its own (8,000 of them held an
+// I/O thread for a good part of a second).
 inline constexpr std::size_t kLongStepBlobs = 16;
+
+// A job that this many workers died taking fails rather than being handed to another.
+inline constexpr unsigned kMaxFailedHandOvers = 3;
 
 // Seconds (a flag's value) as a timer's duration.
 inline std::chrono::steady_clock::duration seconds_duration(double seconds) {
@@ -86,6 +89,8 @@ struct ExecuteJob {
   // It ran once on a one-queue worker, and runs (or ran) again on one of CUDA's default
   // queues, because a benchmark() call of it ran on several streams (JobOutcome::multi_stream).
   bool ran_again = false;
+  // Workers that died as it was handed to them (WorkerPool::hand_over).
+  unsigned failed_hand_overs = 0;
   // Its answer's bytes in the server's in-flight budget (and its tenant's), from the arrival
   // of the worker's frame that carries them (before a byte of it is read) until the HTTP
   // session writes the answer and holds it itself. None: not counted (a test's job).

@@ -2,6 +2,7 @@
 #include "router.hpp"
 
 #include <algorithm>
+#include <unordered_set>
 #include <nlohmann/json.hpp>
 
 #include "descriptors.hpp"
@@ -122,6 +123,24 @@ RouteResult answer_now(const ExecuteRequestInfo& info, ServerState& state, const
                      nullptr};
 }
 
+// A worker holds each memory file of its program's blobs open, within its descriptor limit
+// (`open_files`, less what it needs itself): a program whose blobs are in more of them
+// would kill every worker it is handed to. Blobs sent in one request share its memfd; each
+// one read back from the disk cache, or copied, has one of its own.
+std::optional<Error> check_memory_files(const AdmittedRequest& admitted, std::uint64_t open_files) {
+  constexpr std::uint64_t kWorkersOwnFiles = 128;
+  std::unordered_set<int> files;
+  for (const auto& [digest, blob] : admitted.blobs) files.insert(blob.fd());
+  const std::uint64_t most = open_files > kWorkersOwnFiles ? open_files - kWorkersOwnFiles : 0;
+  if (files.size() <= most) return std::nullopt;
+  return Error{ErrorKind::request_too_large,
+               "the program's " + std::to_string(admitted.blobs.size()) + " blobs are in " +
+                   std::to_string(files.size()) + " memory files (each blob read back from the server's disk "
+                   "cache has one of its own), more than a worker may hold (" + std::to_string(most) +
+                   ": --open-files-limit less " + std::to_string(kWorkersOwnFiles) +
+                   " for its own use); send their bytes again in one request, where they share one, or name fewer"};
+}
+
 // The parsed request's blobs resolved: the job to run, or the answer to give now.
 RouteResult admit(ExecuteRequestInfo info, ServerState& state, ExecuteRequest parsed,
                   const BlobStore::CopyBudget& copies) {
@@ -132,6 +151,9 @@ RouteResult admit(ExecuteRequestInfo info, ServerState& state, ExecuteRequest pa
                       now->program ? &*now->program : nullptr);
   auto job = std::make_shared<ExecuteJob>();
   job->admitted = std::move(std::get<AdmittedRequest>(admitted));
+  if (auto refused = check_memory_files(job->admitted, state.config.sandbox_policy.open_files))
+    return answer_now(info, state, encode_error(info.request_id, *refused), ResponseStatus::error, &*refused,
+                      &job->admitted.program);
   if (auto sealed = job->seal_program_text(); !sealed) {
     Error busy{ErrorKind::busy, "the server could not hold this program's text now (" + sealed.error().message +
                                     "); retry later"};
@@ -164,7 +186,7 @@ RouteResult execute(HttpRequest& request, ServerState& state, std::string reques
       parse_execute_request({content_type.data(), content_type.size()}, request.body().settled(), {}, holds.parse);
   if (!parsed) return refuse(parsed.error());
   // Blobs loaded from the disk or copied for this program: the rest of its admission takes
-  // as long as they are large, or many.
+  // as long as they are large, or, from the disk, many.
   auto to_make = state.blobs.to_make(state.tenants.key(*info.tenant), parsed->program, parsed->blobs);
   if (to_make.bytes >= kLongStepBytes || to_make.blobs >= kLongStepBlobs)
     return {std::nullopt, nullptr,

@@ -384,10 +384,20 @@ void WorkerPool::run_on(const WorkerPtr& worker, std::shared_ptr<ExecuteJob> job
   });
 }
 
-// False when the worker died before it took the job, which is queued again first.
+// False when the worker died before it took the job, which is queued again first; after
+// kMaxFailedHandOvers such deaths the job fails instead (whatever about it kills its
+// workers would kill every next one: each try costs a worker's start).
 bool WorkerPool::hand_over(const WorkerPtr& worker, std::shared_ptr<ExecuteJob> job) {
   if (worker->run(job)) return true;
   --running_[worker->group()];
+  if (++job->failed_hand_overs >= kMaxFailedHandOvers) {
+    answer(job, {fail(ErrorKind::engine, "the program could not be handed to a worker: the last " +
+                                             std::to_string(kMaxFailedHandOvers) +
+                                             " workers given it died taking it (its blobs, say, in more memory "
+                                             "files than a worker may hold)"),
+                 {ms_since(job->received), 0, 0, 0}});
+    return false;
+  }
   (void)enqueue(std::move(job), /*put_back=*/true);  // that worker died; the next one takes it
   return false;
 }

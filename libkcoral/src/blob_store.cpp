@@ -232,10 +232,7 @@ BlobStore::ToMake BlobStore::to_make(std::string_view tenant, const Program& pro
   std::unordered_map<int, std::size_t> used;
   for (const auto& [digest, blob] : found) ++used[blob.fd()];
   for (const auto& [digest, blob] : found)
-    if (used[blob.fd()] != blob.file_parts()) {
-      made.bytes += blob.size();
-      ++made.blobs;
-    }
+    if (used[blob.fd()] != blob.file_parts()) made.bytes += blob.size();
   return made;
 }
 

@@ -310,7 +310,7 @@ TEST_CASE("the copies a program needs are asked of its budget first, and refused
   };
   // to_make says beforehand what resolve will ask (a server does that step elsewhere).
   CHECK(store.to_make("alice", program_of({large}), {}).bytes == large.size());
-  CHECK(store.to_make("alice", program_of({large}), {}).blobs == 1);
+  CHECK(store.to_make("alice", program_of({large}), {}).blobs == 0);  // copied, not read back
   auto copied = store.resolve("alice", program_of({large}), {}, allow);
   REQUIRE(copied.has_value());
   CHECK(asked == std::vector<std::uint64_t>{large.size()});
@@ -320,8 +320,8 @@ TEST_CASE("the copies a program needs are asked of its budget first, and refused
   REQUIRE(store.resolve("alice", program_of({large, other}), {}, allow).has_value());
   CHECK(asked.empty());
   // Nor do supplied blobs used whole, nor blobs another tenant holds (missing to this one).
-  CHECK(store.to_make("alice", program_of({"new"}), supplied({"new"})).blobs == 0);
-  CHECK(store.to_make("bob", program_of({large}), {}).blobs == 0);
+  CHECK(store.to_make("alice", program_of({"new"}), supplied({"new"})).bytes == 0);
+  CHECK(store.to_make("bob", program_of({large}), {}).bytes == 0);
   // Refused: the program is not admitted, and nothing was copied.
   auto refused = store.resolve("alice", program_of({large}), {}, [](std::uint64_t) { return false; });
   REQUIRE_FALSE(refused.has_value());

@@ -114,10 +114,10 @@ class BlobStore {
   [[nodiscard]] Result<Resolution> resolve(std::string_view tenant, const Program& program, BlobMap supplied,
                                            const CopyBudget& budget = {});
   // What resolve(tenant, program, supplied) would load from the disk or copy, as things
-  // stand now: its bytes (what it asks of its budget) and its blobs (each a memfd of its
-  // own; one from the disk is opened, mapped and hashed too), what makes its time grow,
-  // for a caller that runs long steps elsewhere. Changes nothing; resolve may find it
-  // otherwise a moment later.
+  // stand now: the bytes (what it asks of its budget) and the blobs it reads back from the
+  // disk (each opened, mapped, hashed and given a memfd of its own), what makes its time
+  // grow, for a caller that runs long steps elsewhere. Changes nothing; resolve may find
+  // it otherwise a moment later.
   struct ToMake {
     std::uint64_t bytes = 0;
     std::size_t blobs = 0;

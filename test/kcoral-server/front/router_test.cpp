@@ -8,6 +8,8 @@
 
 #include "kcoral/request_id.hpp"
 #include "kcoral-server/front/server_fixture.hpp"
+#include "kcoral/disk_blob_cache.hpp"
+#include "libkcoral/temp_dir.hpp"
 
 using kcoral::test::body_of;
 using kcoral::test::header;
@@ -220,31 +222,66 @@ TEST_CASE("missing blobs are a 200 CACHE_MISS listing them; supplied ones are ca
   CHECK(again.job->admitted.blobs.at(kcoral::sha256_hex("have")).view() == "have");
 }
 
-TEST_CASE("an admission that makes 16 blobs or more, however small, is a long step") {
-  ServerFixture server;
+namespace {
+
+// 32 small blobs sent in one request and kept in a disk cache too; then, in the memory of a
+// server started again, programs naming some of them: each is read back from the disk into
+// a memfd of its own.
+struct KeptOnDisk {
+  kcoral::test::TempDir dir;
+  std::unique_ptr<kcoral::DiskBlobCache> disk;
   std::vector<std::string> datas;
-  for (int i = 0; i < 32; ++i) datas.push_back("blob " + std::to_string(i));
-  const std::string program = program_with_bytes(datas);
-  std::vector<std::string> names;
-  for (const std::string& data : datas) names.push_back(blob_name(data));
-  std::vector<kcoral::OutgoingPart> parts{program_part(program)};
-  for (std::size_t i = 0; i < datas.size(); ++i) parts.push_back({names[i], "application/octet-stream", datas[i]});
-  REQUIRE(server.execute(parts).job);  // cached, all in the one memfd of that body
-  // Naming some of them, each needs a memfd of its own: a copy made for the program (or,
-  // from the disk cache, a file opened, mapped and hashed).
-  auto named = [&](std::size_t count) {
-    const std::string text = program_with_bytes({datas.begin(), datas.begin() + count});
-    return server.execute({program_part(text)});
-  };
-  auto few = named(kcoral::kLongStepBlobs - 1);
-  CHECK(few.job);
-  auto many = named(kcoral::kLongStepBlobs);
+  std::optional<ServerFixture> server;
+  KeptOnDisk() {
+    auto opened = kcoral::DiskBlobCache::open(dir / "disk", std::uint64_t{64} << 20, 1024);
+    REQUIRE(opened.has_value());
+    disk = std::move(*opened);
+    for (int i = 0; i < 32; ++i) datas.push_back("blob " + std::to_string(i));
+    const std::string program = program_with_bytes(datas);
+    std::vector<std::string> names;
+    for (const std::string& data : datas) names.push_back(blob_name(data));
+    std::vector<kcoral::OutgoingPart> parts{program_part(program)};
+    for (std::size_t i = 0; i < datas.size(); ++i) parts.push_back({names[i], "application/octet-stream", datas[i]});
+    {
+      ServerFixture first({}, disk.get());
+      REQUIRE(first.execute(parts).job);
+    }
+    disk->flush();
+    server.emplace(kcoral::Tenants{}, disk.get());
+  }
+  kcoral::RouteResult naming(std::size_t count) {
+    const std::string text = program_with_bytes({datas.begin(), datas.begin() + static_cast<std::ptrdiff_t>(count)});
+    return server->execute({program_part(text)});
+  }
+};
+
+}  // namespace
+
+TEST_CASE("an admission that reads 16 blobs or more back from the disk cache, however small, is a long step") {
+  KeptOnDisk kept;
+  CHECK(kept.naming(kcoral::kLongStepBlobs - 1).job);
+  KeptOnDisk again;
+  auto many = again.naming(kcoral::kLongStepBlobs);
   CHECK_FALSE(many.job);
   CHECK_FALSE(many.response.has_value());
   REQUIRE(many.rest);
   auto admitted = many.rest();
   REQUIRE(admitted.job);
   CHECK(admitted.job->admitted.blobs.size() == kcoral::kLongStepBlobs);
+}
+
+TEST_CASE("a program whose blobs are in more memory files than a worker may hold is 413, never handed over") {
+  KeptOnDisk kept;
+  kept.server->config.sandbox_policy.open_files = 128 + 4;  // four for the program's blobs
+  CHECK(kept.naming(4).job);
+  KeptOnDisk again;
+  again.server->config.sandbox_policy.open_files = 128 + 4;
+  auto refused = again.naming(5);
+  REQUIRE(refused.response.has_value());
+  CHECK(refused.response->result() == http::status::payload_too_large);
+  Json body = body_of(*refused.response);
+  CHECK(body["error"]["kind"] == "request_too_large");
+  CHECK(body["error"]["message"].get<std::string>().find("5 blobs are in 5 memory files") != std::string::npos);
 }
 
 TEST_CASE("a complete /execute becomes a job with defaults taken from the config") {

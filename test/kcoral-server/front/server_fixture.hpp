@@ -17,7 +17,9 @@ namespace http = boost::beast::http;
 using Json = nlohmann::ordered_json;
 
 struct ServerFixture {
-  explicit ServerFixture(Tenants tenants_given = {}) : tenants(std::move(tenants_given)) {}
+  // `disk`: the blob store's disk cache, if any.
+  explicit ServerFixture(Tenants tenants_given = {}, DiskBlobCache* disk = nullptr)
+      : tenants(std::move(tenants_given)), blobs({1 << 20}, disk) {}
 
   static WorkerPool::Config pool_config(std::size_t tenants) {
     WorkerPool::Config config;
@@ -27,7 +29,7 @@ struct ServerFixture {
 
   ServerConfig config;
   Tenants tenants;
-  BlobStore blobs{1 << 20};
+  BlobStore blobs;
   boost::asio::io_context io;
   WorkerPool pool{io, pool_config(tenants.size())};  // never started: no processes
   Metrics metrics{tenants.size()};
