@@ -34,6 +34,7 @@ constexpr std::uint64_t kBytesPerInode = 16384;
 // to the top level) to be removed.
 constexpr std::size_t kMaxDepth = 64;
 constexpr std::int64_t kKeepNewerThanSeconds = 30;
+constexpr std::chrono::seconds kTrimEvery{1};
 
 std::uint64_t inodes_for(std::uint64_t bytes) { return std::max<std::uint64_t>(1024, bytes / kBytesPerInode); }
 
@@ -468,8 +469,15 @@ void CompileCaches::trim_now(std::size_t tenant) {
   std::uint64_t bytes = config_.bytes_per_tenant, inodes = inodes_for(bytes);
   CacheUsage used = usage();
   if (used.bytes <= bytes / 4 * 3 && used.inodes <= inodes / 4 * 3) return;
+  // At most one walk a second for each tenant: a cache kept nearly full of entries too new
+  // to go would otherwise be walked after every one of its programs (the bound of its
+  // tmpfs holds meanwhile, and the next program's end trims again).
+  const auto now = std::chrono::steady_clock::now();
+  if (tenant >= last_trim_.size()) last_trim_.resize(tenant + 1);
+  if (last_trim_[tenant] && now - *last_trim_[tenant] < kTrimEvery) return;
   evict_least_recent(root.get(), bytes / 2, inodes / 2, usage, std::time(nullptr), kKeepNewerThanSeconds,
                      2 * inodes);
+  last_trim_[tenant] = std::chrono::steady_clock::now();
 }
 
 }  // namespace kcoral

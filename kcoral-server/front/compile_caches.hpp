@@ -22,9 +22,10 @@
 //     access first, until it holds half; an entry used in the last 30 s stays (a running
 //     program may be writing it), one dated in the future (utime can) counts as the
 //     oldest, and the tmpfs's own bound stops a program that writes more than the cache
-//     holds (ENOSPC). A trim reads and removes at most twice as many entries as the cache
-//     has inodes, so that a tree the tenant's running programs keep changing under it (a
-//     directory renamed ahead of the walk each time it is opened) cannot keep it going.
+//     holds (ENOSPC). A trim walks a tenant's cache once a second at most, and reads
+//     and removes at most twice as many entries as the cache has inodes, so that a tree
+//     the tenant's running programs keep changing under it (a directory renamed ahead of
+//     the walk each time it is opened) cannot keep it going.
 //
 // A tenant's cache is reachable only from its own programs' sandboxes: another tenant's
 // worker never has it mounted (the pool binds a worker to the tenant of its first
@@ -49,6 +50,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -56,6 +58,7 @@
 #include <limits>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -128,6 +131,8 @@ class CompileCaches {
   std::vector<bool> mounted_;         // by tenant
   std::vector<bool> trim_queued_;     // by tenant
   bool mounts_usable_ = true;  // false once the mounting thread could not come back to its namespace
+  // When each tenant's last trim that walked its cache ended; the trimming thread's alone.
+  std::vector<std::optional<std::chrono::steady_clock::time_point>> last_trim_;
   TaskThread trims_;
   TaskThread mounts_;
 };
