@@ -11,8 +11,8 @@
 #   benchmarks/gpu/run.sh examples   the examples and the GPU tests, not the measurements
 #   benchmarks/gpu/run.sh tests      the GPU tests only (the kcoral command's ncu and
 #                                    compute-sanitizer among them): needs the debs, no wheels
-#   benchmarks/gpu/run.sh limits     the per-program limits and tenants' tests only, on CPU
-#                                    servers of this machine (its cgroup v2)
+#   benchmarks/gpu/run.sh limits     the per-program limits', tenants' and compile caches' tests
+#                                    only, on CPU servers of this machine (its cgroup v2)
 #   benchmarks/gpu/run.sh measure    the measurements only
 #   benchmarks/gpu/run.sh small-kernel [N]   benchmark() against raw CUPTI for the 256-float
 #                                    kernel, N processes a side, sandboxed and unsandboxed
@@ -438,10 +438,10 @@ echo "GPU server's limits: $(grep -h "limits:" "$out/server-gpu.log" | head -1)"
 fi
 if [[ ${1:-} == tests || ${1:-} == limits ]]; then
 log "per-program limits and tenants, CPU servers of this machine's own (cgroup v2)"
-KCORAL_SERVER=$server timeout 400 "$python" -m pytest -q -rs -p no:cacheprovider \
+KCORAL_SERVER=$server timeout 500 "$python" -m pytest -q -rs -p no:cacheprovider \
   test/python/adversarial/test_program_limits.py test/python/adversarial/test_program_view.py \
   test/python/adversarial/test_worker_starts.py test/python/adversarial/test_tenants.py \
-  test/python/adversarial/test_fork_parents.py 2>&1 |
+  test/python/adversarial/test_fork_parents.py test/python/e2e/test_e2e_compile_cache.py 2>&1 |
   tee "$out/limits-tests.log" | tail -15
 echo "Per-program limits and tenants (CPU servers): $(tail -n 1 "$out/limits-tests.log")" >>"$summary"
 find /tmp/pytest-of-root -name server.stderr -size +0 2>/dev/null | tail -40 | tar -czf "$result/test-servers.tar.gz" -T - 2>/dev/null
