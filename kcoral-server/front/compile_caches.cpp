@@ -70,11 +70,12 @@ struct Budget {
   }
 };
 
-// An entry's last use; one dated after `now` (utime sets any time) counts as the oldest,
-// so that no entry can be kept from eviction by its dates.
+// An entry's last use; one dated more than a minute after `now` (utime sets any time; the
+// file system's clock and `now`'s may differ by a tick) counts as the oldest, so that no
+// entry can be kept from eviction by its dates.
 std::int64_t last_used(const struct stat& info, std::int64_t now) {
   std::int64_t used = std::max<std::int64_t>(info.st_atime, info.st_mtime);
-  return used > now ? 0 : used;
+  return used > now + 60 ? 0 : used;
 }
 
 // The entry's newest use in the tree at `name` under `parent` (to kMaxDepth); nullopt: the

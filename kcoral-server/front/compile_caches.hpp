@@ -20,9 +20,9 @@
 //     programs, once it holds more than three quarters of its bytes or inodes, its
 //     entries (what each top-level directory holds, and the top-level files) go, oldest
 //     access first, until it holds half; an entry used in the last 30 s stays (a running
-//     program may be writing it), one dated in the future (utime can) counts as the
-//     oldest, and the tmpfs's own bound stops a program that writes more than the cache
-//     holds (ENOSPC). A trim walks a tenant's cache once a second at most, and reads
+//     program may be writing it), one dated over a minute ahead (utime can) counts as
+//     the oldest, and the tmpfs's own bound stops a program that writes more than the
+//     cache holds (ENOSPC). A trim walks a tenant's cache once a second at most, and reads
 //     and removes at most twice as many entries as the cache has inodes, so that a tree
 //     the tenant's running programs keep changing under it (a directory renamed ahead of
 //     the walk each time it is opened) cannot keep it going.
@@ -140,7 +140,8 @@ class CompileCaches {
 // The eviction, apart so that it can be tested on any directory: while `directory` (a
 // descriptor of a directory) holds more than `target_bytes` or `target_inodes` by
 // `usage`, removes its least recently used entry (see above) not used within
-// `keep_newer_than` seconds before `now` (one used after `now` counts as the oldest).
+// `keep_newer_than` seconds before `now` (one used more than a minute after `now` counts
+// as the oldest).
 // Never follows a link, never leaves the file system it starts on, holds at most 64 + a
 // few descriptors however deep the tree, and reads without touching access times. Reads
 // and removes `max_entries` entries at most, in all: an entry not read for its times by
