@@ -40,6 +40,13 @@ void set_times(const std::string& path, std::int64_t seconds) {
   REQUIRE(::utimensat(AT_FDCWD, path.c_str(), times, AT_SYMLINK_NOFOLLOW) == 0);
 }
 
+// An entry: the directory `path` holding a file x of 1000 bytes, both last used at `seconds`.
+void make_entry(const std::string& path, std::int64_t seconds) {
+  write_file(path + "/x", 1000);
+  set_times(path + "/x", seconds);
+  set_times(path, seconds);
+}
+
 // What the test's files hold: regular files' bytes, and every inode below `root`.
 CacheUsage usage_of(const std::string& root) {
   CacheUsage usage;
@@ -97,29 +104,23 @@ TEST_CASE("entries go least recently used first, until the usage is under the ta
 TEST_CASE("entries used within the last seconds stay, even over the target") {
   kcoral::test::TempDir dir;
   const std::string root = dir / "cache";
-  write_file(root + "/triton/a/x", 1000);
-  write_file(root + "/triton/b/x", 1000);
-  set_times(root + "/triton/a/x", kNow - 1000);
-  set_times(root + "/triton/a", kNow - 1000);
-  set_times(root + "/triton/b/x", kNow - 10);
-  set_times(root + "/triton/b", kNow - 10);
+  make_entry(root + "/triton/a", kNow - 1000);
+  make_entry(root + "/triton/b", kNow - 10);
   CHECK(evict(root, 0) == 1);
   CHECK(!fs::exists(root + "/triton/a"));
   CHECK(fs::exists(root + "/triton/b/x"));
 }
 
-TEST_CASE("an entry dated in the future counts as the oldest: no date keeps an entry") {
+TEST_CASE("an entry dated over a minute ahead counts as the oldest: no date keeps an entry") {
   kcoral::test::TempDir dir;
   const std::string root = dir / "cache";
-  write_file(root + "/triton/old/x", 1000);
-  write_file(root + "/triton/pinned/x", 1000);
-  set_times(root + "/triton/old/x", kNow - 1000);
-  set_times(root + "/triton/old", kNow - 1000);
-  set_times(root + "/triton/pinned/x", kNow + 10 * 365 * 86400);
-  set_times(root + "/triton/pinned", kNow + 10 * 365 * 86400);
-  CHECK(evict(root, 1000) == 1);
+  make_entry(root + "/triton/old", kNow - 1000);
+  make_entry(root + "/triton/pinned", kNow + 10 * 365 * 86400);
+  make_entry(root + "/triton/new", kNow + 30);  // a clock's tick ahead: recent, not old
+  CHECK(evict(root, 2000) == 1);
   CHECK(!fs::exists(root + "/triton/pinned"));
   CHECK(fs::exists(root + "/triton/old/x"));
+  CHECK(fs::exists(root + "/triton/new/x"));
 }
 
 TEST_CASE("an eviction reads and removes at most the entries it is given, however large the tree") {
