@@ -128,16 +128,16 @@ RouteResult answer_now(const ExecuteRequestInfo& info, ServerState& state, const
 // would kill every worker it is handed to. Blobs sent in one request share its memfd; each
 // one read back from the disk cache, or copied, has one of its own.
 std::optional<Error> check_memory_files(const AdmittedRequest& admitted, std::uint64_t open_files) {
-  constexpr std::uint64_t kWorkersOwnFiles = 128;
+  const std::uint64_t own = std::min<std::uint64_t>(128, open_files / 2);  // its interpreter's, its program's
   std::unordered_set<int> files;
   for (const auto& [digest, blob] : admitted.blobs) files.insert(blob.fd());
-  const std::uint64_t most = open_files > kWorkersOwnFiles ? open_files - kWorkersOwnFiles : 0;
+  const std::uint64_t most = open_files - own;
   if (files.size() <= most) return std::nullopt;
   return Error{ErrorKind::request_too_large,
                "the program's " + std::to_string(admitted.blobs.size()) + " blobs are in " +
                    std::to_string(files.size()) + " memory files (each blob read back from the server's disk "
                    "cache has one of its own), more than a worker may hold (" + std::to_string(most) +
-                   ": --open-files-limit less " + std::to_string(kWorkersOwnFiles) +
+                   ": --open-files-limit less " + std::to_string(own) +
                    " for its own use); send their bytes again in one request, where they share one, or name fewer"};
 }
 
