@@ -431,7 +431,7 @@ Status CompileCaches::attach_now(int pidfd, pid_t pid, std::size_t tenant) {
   int move_error = errno;
   if (::setns(host_namespace_.get(), CLONE_NEWNS) != 0 || ::chdir("/") != 0) {
     // Left in a worker's namespace, this thread must mount nothing more.
-    std::fprintf(stderr, "kcoral-server: the compile caches' thread could not come back from a worker's mount "
+    std::fprintf(stderr, "kcoral-server: the compile caches' mounting thread could not come back from a worker's mount "
                          "namespace (%s); no compile cache is mounted from now on\n", std::strerror(errno));
     std::lock_guard lock(mutex_);
     mounts_usable_ = false;

@@ -84,14 +84,15 @@ class CompileCaches {
   [[nodiscard]] static Result<std::unique_ptr<CompileCaches>> open(Config config);
   CompileCaches(const CompileCaches&) = delete;
   CompileCaches& operator=(const CompileCaches&) = delete;
-  // Stops the thread (what is queued is dropped; a `done` running finishes) and unmounts
+  // Stops the threads (what is queued is dropped; a task running finishes) and unmounts
   // every cache.
   ~CompileCaches();
 
   // Mounts `tenant`'s cache in the mount namespace of the worker `pidfd` (process `pid`,
-  // whose user namespace idmaps it); then `done`, on the caches' thread.
+  // whose user namespace idmaps it); then `done`, on the mounting thread.
   void attach(int pidfd, pid_t pid, std::size_t tenant, Done done);
-  // Evicts the least recently used entries of `tenant`'s cache if it is nearly full.
+  // Evicts the least recently used entries of `tenant`'s cache if it is nearly full, on
+  // the trimming thread (a tenant's second trim asked meanwhile is the same one).
   void trim(std::size_t tenant);
 
   [[nodiscard]] std::uint64_t bytes_per_tenant() const { return config_.bytes_per_tenant; }
@@ -127,9 +128,9 @@ class CompileCaches {
 
   Config config_;
   UniqueFd host_namespace_;  // this process's mount namespace, to come back to
-  std::mutex mutex_;         // guards the two below
-  std::vector<bool> mounted_;         // by tenant
-  std::vector<bool> trim_queued_;     // by tenant
+  std::mutex mutex_;         // guards the three below
+  std::vector<bool> mounted_;      // by tenant
+  std::vector<bool> trim_queued_;  // by tenant
   bool mounts_usable_ = true;  // false once the mounting thread could not come back to its namespace
   // When each tenant's last trim that walked its cache ended; the trimming thread's alone.
   std::vector<std::optional<std::chrono::steady_clock::time_point>> last_trim_;

@@ -338,8 +338,8 @@ void WorkerPool::on_idle(const WorkerPtr& worker) {
 
 // A server of one tenant knows whose a fresh worker's first program will be: the worker is
 // bound to that tenant and its compile cache mounted before it counts as idle, so that
-// no program waits for the mount: 0.05-0.07 ms, at times 1.4 ms, and up to a millisecond
-// more behind another tenant program's trim on the caches' one thread (2-core machine).
+// no program waits for the mount: 0.05-0.07 ms, at times 1.4 ms (2-core machine), on a
+// thread that mounts and never trims.
 // Mounted or not, it is idle afterwards; a failure is said, and its programs use the
 // stand-in in their scratch space.
 void WorkerPool::attach_ahead(const WorkerPtr& worker) {
