@@ -91,6 +91,8 @@ struct ExecuteJob {
   bool ran_again = false;
   // Workers that died as it was handed to them (WorkerPool::hand_over).
   unsigned failed_hand_overs = 0;
+  // Its answer arrived and the in-flight budget could not hold it (WorkerHandle::hold_more).
+  bool answer_refused = false;
   // Its answer's bytes in the server's in-flight budget (and its tenant's), from the arrival
   // of the worker's frame that carries them (before a byte of it is read) until the HTTP
   // session writes the answer and holds it itself. None: not counted (a test's job).

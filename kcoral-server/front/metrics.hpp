@@ -61,11 +61,13 @@ class Metrics {
     tenant_queue_full,      // a tenant with its most programs waiting: its next one 503
     tenant_inflight_full,   // a tenant's part of the in-flight budget could not take a request: 503
     tenant_connections_full,  // a request on a tenant's connection past its most: 503, closed
+    answer_refused,           // a program's answer the in-flight budget could not hold: 503 (or 500, never)
   };
-  static constexpr std::array<std::string_view, 12> kGuards{
+  static constexpr std::array<std::string_view, 13> kGuards{
       "over_connection_limit", "accept_backoff",    "idle_timeout",          "header_timeout",
       "slow_body",             "inflight_full",     "slow_reader",           "anonymous_per_address",
-      "anonymous_evicted",     "tenant_queue_full", "tenant_inflight_full",  "tenant_connections_full"};
+      "anonymous_evicted",     "tenant_queue_full", "tenant_inflight_full",  "tenant_connections_full",
+      "answer_refused"};
 
   // Why reused workers were retired, as label values: what their reuse check found changed.
   static constexpr std::array<std::string_view, 8> kRetirements{

@@ -259,6 +259,7 @@ HttpResponse finish_execute(const ExecuteJob& job, JobOutcome outcome, ServerSta
     error_message = outcome.result->error->message;
   }
   if (!outcome.worker_retired.empty()) state.metrics.record_worker_retired(outcome.worker_retired);
+  if (job.answer_refused) state.metrics.record(Metrics::Guard::answer_refused);
   ExecuteAnswer answer = answer_execute(job.request_id, std::move(outcome.result), outcome.timings, state.execute,
                                         outcome.gpu_ids);
   if (answer.status == ResponseStatus::error && answer.error) {  // it may have become response_too_large

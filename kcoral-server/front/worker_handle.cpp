@@ -191,6 +191,7 @@ bool WorkerHandle::hold_more(std::uint64_t bytes) {
   if (!held || held->grow_to(held->held() + bytes)) return true;
   const char* flag = held->tenant_refused() ? "--max-inflight-bytes-per-tenant" : "--max-inflight-bytes";
   const std::uint64_t needed = held->held() + bytes;
+  job_->answer_refused = true;
   kill_tree();
   if (!held->could_hold(needed))
     finish(fail(ErrorKind::response_too_large,

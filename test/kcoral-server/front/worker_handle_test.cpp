@@ -357,6 +357,7 @@ TEST_CASE("a result of megabytes that the in-flight budget cannot hold now is an
   REQUIRE_FALSE(h.outcome->result.has_value());
   CHECK(h.outcome->result.error().kind == kcoral::ErrorKind::busy);
   CHECK(h.outcome->result.error().message.find("--max-inflight-bytes") != std::string::npos);
+  CHECK(job->answer_refused);  // counted in /metrics as a guard event
   CHECK(h.killed());
   job.reset();
   h.run_for(std::chrono::milliseconds(20));

@@ -341,6 +341,7 @@ def test_answers_arriving_from_workers_are_held_to_the_budget(start_server):
     with pytest.raises(ServerBusy, match="did not fit in what the server holds in flight"):
         server.execute(call(LARGE_TEXT, "text", 60_000_000), read_timeout_s=60)
     assert server.metric("kcoral_inflight_bytes") <= limit
+    assert server.metric('kcoral_guard_events_total{event="answer_refused"}') == 1
     unread.close()
     assert wait_until(lambda: server.metric("kcoral_inflight_bytes") == 0, 30)
     assert len(server.execute(call(LARGE_TEXT, "text", 60_000_000), read_timeout_s=60)
