@@ -38,6 +38,14 @@ std::optional<std::uint64_t> number_after(std::string_view object, std::string_v
 // a response that would not fit.
 bool worker_may_report(ErrorKind kind) { return is_program_kind(kind) || kind == ErrorKind::response_too_large; }
 
+// A worker's output is always UTF-8: it decodes what its program printed, replacing what is
+// not. Any other would grow as it is written (each such byte replaced by three), beyond
+// what its answer's hold counts.
+bool output_is_utf8(const messages::RunResult& result) {
+  return simdjson::validate_utf8(result.stdout_text.data(), result.stdout_text.size()) &&
+         simdjson::validate_utf8(result.stderr_text.data(), result.stderr_text.size());
+}
+
 }  // namespace
 
 std::optional<PeekedObject> peek_object(const Frame& frame) {
@@ -61,11 +69,6 @@ std::uint64_t output_json_excess(const messages::RunResult& result) {
   return excess;
 }
 
-bool output_is_utf8(const messages::RunResult& result) {
-  return simdjson::validate_utf8(result.stdout_text.data(), result.stdout_text.size()) &&
-         simdjson::validate_utf8(result.stderr_text.data(), result.stderr_text.size());
-}
-
 Result<messages::Message> read_message(Frame& frame, std::size_t max_bytes, std::size_t max_object) {
   const std::size_t arrived = frame.text_bytes();
   if (auto read = Channel::read_spilled(frame, max_bytes); !read) return std::unexpected(read.error());
@@ -78,6 +81,9 @@ Result<messages::Message> read_message(Frame& frame, std::size_t max_bytes, std:
     return fail(ErrorKind::engine, "a '" + std::string(messages::name_of(*message)) + "' message of " +
                                        std::to_string(bytes) + " bytes (at most " +
                                        std::to_string(longest_text(*message)) + ")");
+  if (const auto* result = message ? std::get_if<messages::RunResult>(&*message) : nullptr;
+      result != nullptr && !output_is_utf8(*result))
+    return fail(ErrorKind::engine, "a result whose output is not UTF-8");
   return message;
 }
 

@@ -48,19 +48,14 @@ struct PeekedObject {
 
 // What the JSON of a result's output takes beyond its bytes: six bytes for a control
 // character (\u001b), two for a quote or a backslash. Output that is not UTF-8 is refused
-// (output_is_utf8), so nothing else grows it.
+// where the frame is read (read_message), so nothing else grows it.
 [[nodiscard]] std::uint64_t output_json_excess(const messages::RunResult& result);
-
-// Whether a result's output is UTF-8, as a worker's always is: it decodes what its program
-// printed, replacing what is not. Any other would grow as it is written (each such byte
-// replaced by three), beyond what its answer's hold counts.
-[[nodiscard]] bool output_is_utf8(const messages::RunResult& result);
 
 // A frame's message: its text read from its memory file where it was left there (checked
 // again against `max_bytes`; and, as its answer's hold counted on, of the size it came
 // with, its object no longer than `max_object`), then decoded; a result's values take the
 // text's buffer rather than a copy of it. A message other than a result longer than 4 KiB
-// (a failure's, 64 KiB) is refused.
+// (a failure's, 64 KiB), and a result whose output is not UTF-8, are refused.
 [[nodiscard]] Result<messages::Message> read_message(
     Frame& frame, std::size_t max_bytes, std::size_t max_object = std::numeric_limits<std::size_t>::max());
 

@@ -366,7 +366,6 @@ void WorkerHandle::on_failed(const std::string& message) {
 void WorkerHandle::on_result(messages::RunResult message, std::vector<UniqueFd> fds,
                              const std::expected<void, ReturnedValuesRefusal>* checked_elsewhere) {
   if (state_ != State::running) return violation("'result' without a job");
-  if (!output_is_utf8(message)) return violation("a result whose output is not UTF-8");
   auto checked = checked_elsewhere != nullptr ? *checked_elsewhere
                                               : check_returned_values(message.results, message.part_sizes.size());
   if (!checked) {
