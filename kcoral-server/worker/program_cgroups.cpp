@@ -27,6 +27,9 @@ constexpr const char* kLeaf = "kcoral-leaf";
 // Equal for every program: v1's and v2's defaults, written so that nothing else decides.
 constexpr const char* kCpuShares = "1024";
 constexpr const char* kCpuWeight = "100";
+// A kept group is reclaimed before the next program when it holds more than this beyond
+// what cannot be reclaimed.
+constexpr std::uint64_t kReclaimAbove = 32 << 20;
 
 std::string errno_text(int error) { return std::strerror(error); }
 
@@ -192,7 +195,9 @@ ProgramCgroup::ProgramCgroup(ProgramCgroup&& other) noexcept
     : version_(other.version_),
       directories_(std::exchange(other.directories_, {})),
       memory_directory_(std::exchange(other.memory_directory_, {})),
-      memory_events_(std::move(other.memory_events_)) {}
+      memory_events_(std::move(other.memory_events_)),
+      memory_limit_(other.memory_limit_),
+      oom_kills_before_(other.oom_kills_before_) {}
 
 ProgramCgroup& ProgramCgroup::operator=(ProgramCgroup&& other) noexcept {
   if (this != &other) {
@@ -201,6 +206,8 @@ ProgramCgroup& ProgramCgroup::operator=(ProgramCgroup&& other) noexcept {
     directories_ = std::exchange(other.directories_, {});
     memory_directory_ = std::exchange(other.memory_directory_, {});
     memory_events_ = std::move(other.memory_events_);
+    memory_limit_ = other.memory_limit_;
+    oom_kills_before_ = other.oom_kills_before_;
   }
   return *this;
 }
@@ -210,8 +217,62 @@ ProgramCgroup::~ProgramCgroup() { remove(); }
 void ProgramCgroup::remove() {
   memory_events_.reset();  // before the group goes: its removal would signal the event
   for (const std::string& directory : directories_) remove_group(directory);
+  forget();
+}
+
+void ProgramCgroup::forget() {
+  memory_events_.reset();
   directories_.clear();
   memory_directory_.clear();
+}
+
+bool ProgramCgroup::empty() const {
+  return std::all_of(directories_.begin(), directories_.end(), [](const std::string& directory) {
+    std::string members = read_control(directory + "/cgroup.procs");
+    return members.find_first_not_of(" \n") == std::string::npos;
+  });
+}
+
+Status ProgramCgroup::write_memory_limit(std::uint64_t bytes) {
+  if (version_ == CgroupVersion::v2) {
+    KCORAL_TRY(write_control(memory_directory_ + "/memory.max", std::to_string(bytes)));
+  } else {
+    // Memory and swap together no more than memory alone: no swap. The kernel keeps the
+    // first at least the second, so a limit is raised there first and lowered there last
+    // (absent without swap accounting, and then there is nothing to bound).
+    std::string swap = memory_directory_ + "/memory.memsw.limit_in_bytes";
+    bool has_swap = exists(swap);
+    bool raising = memory_limit_ != 0 && bytes > memory_limit_;  // 0: none yet, the kernel's maximum
+    if (has_swap && raising) KCORAL_TRY(write_control(swap, std::to_string(bytes)));
+    KCORAL_TRY(write_control(memory_directory_ + "/memory.limit_in_bytes", std::to_string(bytes)));
+    if (has_swap && !raising) KCORAL_TRY(write_control(swap, std::to_string(bytes)));
+  }
+  memory_limit_ = bytes;
+  return {};
+}
+
+Status ProgramCgroup::prepare(std::uint64_t limit_bytes) {
+  if (memory_directory_.empty()) return {};
+  (void)take_memory_event();
+  oom_kills_before_ = oom_kill_count();
+  bool v1 = version_ == CgroupVersion::v1;
+  // The group holds no process. What earlier programs left charged to it that the kernel
+  // can reclaim (page cache of files they read, kernel objects such as dentries) is
+  // reclaimed now when there is much of it, so that the next program, perhaps another
+  // tenant's, does not pay for it at its limit.
+  std::uint64_t used = 0;
+  std::istringstream(read_control(memory_directory_ + (v1 ? "/memory.usage_in_bytes" : "/memory.current"))) >> used;
+  std::string stat = read_control(memory_directory_ + "/memory.stat");
+  std::uint64_t kept = keyed_value(stat, "shmem") + keyed_value(stat, "swap");
+  if (used > kept + kReclaimAbove) {
+    if (v1) (void)write_control(memory_directory_ + "/memory.force_empty", "0");
+    else (void)write_control(memory_directory_ + "/memory.reclaim", std::to_string(used - kept));
+  }
+  if (limit_bytes == 0) return {};
+  // What it cannot reclaim: tmpfs pages written by earlier programs (in a tenant's
+  // compile cache), and on v1 those of them swapped out, which count against the limit
+  // of memory and swap together (v2's groups may not swap).
+  return write_memory_limit(limit_bytes + kept);
 }
 
 Status ProgramCgroup::join(pid_t pid) const {
@@ -220,11 +281,13 @@ Status ProgramCgroup::join(pid_t pid) const {
   return {};
 }
 
-std::uint64_t ProgramCgroup::oom_kills() const {
+std::uint64_t ProgramCgroup::oom_kill_count() const {
   if (memory_directory_.empty()) return 0;
   const char* file = version_ == CgroupVersion::v1 ? "/memory.oom_control" : "/memory.events";
   return keyed_value(read_control(memory_directory_ + file), "oom_kill");
 }
+
+std::uint64_t ProgramCgroup::oom_kills() const { return oom_kill_count() - oom_kills_before_; }
 
 bool ProgramCgroup::take_memory_event() const {
   std::uint64_t count = 0;
@@ -238,7 +301,9 @@ ProgramCgroups::ProgramCgroups(ProgramCgroups&& other) noexcept
       directories_(std::exchange(other.directories_, {})),
       controllers_(std::exchange(other.controllers_, {})),
       notes_(std::exchange(other.notes_, {})),
-      limits_(other.limits_) {}
+      limits_(other.limits_),
+      kept_(std::exchange(other.kept_, {})),
+      made_(other.made_) {}
 
 ProgramCgroups& ProgramCgroups::operator=(ProgramCgroups&& other) noexcept {
   if (this != &other) {
@@ -248,6 +313,8 @@ ProgramCgroups& ProgramCgroups::operator=(ProgramCgroups&& other) noexcept {
     controllers_ = std::exchange(other.controllers_, {});
     notes_ = std::exchange(other.notes_, {});
     limits_ = other.limits_;
+    kept_ = std::exchange(other.kept_, {});
+    made_ = other.made_;
   }
   return *this;
 }
@@ -269,11 +336,14 @@ Result<ProgramCgroups> ProgramCgroups::make_inner(const std::string& name) const
 }
 
 void ProgramCgroups::disown() {
+  for (ProgramCgroup& group : kept_) group.forget();
+  kept_.clear();
   directories_.clear();
   controllers_.clear();
 }
 
 void ProgramCgroups::remove() {
+  kept_.clear();  // the programs' groups, inside the server's
   std::set<std::string> removed;
   for (const auto& [controller, directory] : directories_)
     if (removed.insert(directory).second) remove_group(directory);
@@ -355,19 +425,11 @@ Result<ProgramCgroup> ProgramCgroups::make(const std::string& name) const {
       // The group is new and empty, so no usage to hold the limit against here; what a
       // worker holds when it starts is checked against its per-process limit instead
       // (check_memory_limit in sandbox.cpp, which says why that is the one to check).
-      std::string bytes = std::to_string(limits_.memory_bytes);
       group.memory_directory_ = directory;
-      if (v1) {
-        written = write_control(directory + "/memory.limit_in_bytes", bytes);
-        // Memory and swap together no more than memory alone: no swap (absent without
-        // swap accounting, and then there is nothing to bound).
-        if (written && exists(directory + "/memory.memsw.limit_in_bytes"))
-          written = write_control(directory + "/memory.memsw.limit_in_bytes", bytes);
-      } else {
-        written = write_control(directory + "/memory.max", bytes);
-        if (written && exists(directory + "/memory.swap.max")) written = write_control(directory + "/memory.swap.max", "0");
-        if (written) written = write_control(directory + "/memory.oom.group", "1");
-      }
+      written = group.write_memory_limit(limits_.memory_bytes);
+      if (written && !v1 && exists(directory + "/memory.swap.max"))
+        written = write_control(directory + "/memory.swap.max", "0");
+      if (written && !v1) written = write_control(directory + "/memory.oom.group", "1");
     } else if (controller == "memory") {
       group.memory_directory_ = directory;
     } else if (controller == "pids" && limits_.processes > 0) {
@@ -390,6 +452,19 @@ Result<ProgramCgroup> ProgramCgroups::make(const std::string& name) const {
     group.memory_events_ = std::move(events);
   }
   return group;
+}
+
+Result<ProgramCgroup> ProgramCgroups::take() {
+  while (!kept_.empty()) {
+    ProgramCgroup group = std::move(kept_.back());
+    kept_.pop_back();
+    if (group.prepare(limits_.memory_bytes)) return group;
+  }  // a group that could not be prepared is removed as it goes
+  return make("program-" + std::to_string(++made_));
+}
+
+void ProgramCgroups::give_back(ProgramCgroup group) {
+  if (!group.directories_.empty() && group.empty()) kept_.push_back(std::move(group));
 }
 
 std::string ProgramCgroups::directory(const std::string& controller) const {

@@ -24,16 +24,31 @@
 // cannot be had (no such controller, no permission) is left out and said in
 // description(); create() fails only when no controller can be used at all.
 //
-// Ownership: ProgramCgroups owns the server's group and removes it when destroyed (after
-// its programs' groups); each ProgramCgroup owns one program's directories and removes
-// them when destroyed, killing what is still in them first. Not thread-safe. Made in the
-// zygote, which moves each forked child into its group (join); a forked child must leave
-// with _exit, never through these destructors.
+// Groups are kept and used again, not removed after each program. A page of a tmpfs that
+// outlives the program (its tenant's compile cache) stays charged to the group that wrote
+// it, and the kernel does not move the charge when the group is removed: it keeps the
+// removed group, a few kilobytes of kernel memory per CPU outside every limit, for as long
+// as the page lives, so one group a program would let a tenant pin one group per page of
+// its cache. Kept groups are as many as were ever in use at once. A group taken again
+// still holds the pages earlier programs left in such a tmpfs (and the memory statistics
+// call them shmem); its memory limit is raised by what they hold when it is taken, so that
+// each program can charge its whole limit. Other leftovers (page cache of files read,
+// reclaimable kernel objects) are not added: past 32 MiB they are reclaimed before the
+// group is taken again, and the kernel reclaims the rest at the limit. While a program
+// runs, pages of the tmpfs that are freed (the cache's trim) give it that much more room:
+// the host's memory stays within the programs' limits and the caches' sizes together.
+//
+// Ownership: ProgramCgroups owns the server's group and the groups kept for programs, and
+// removes them when destroyed (the programs' first); each ProgramCgroup owns one program's
+// directories and removes them when destroyed, killing what is still in them first, unless
+// it is given back. Not thread-safe. Made in the zygote, which moves each forked child
+// into its group (join); a forked child must leave with _exit, never through these
+// destructors.
 //
 //   auto groups = ProgramCgroups::create(*read_cgroup_layout(), server_group_name(getpid()), limits);
-//   auto group = groups->make("program-7");     // before the fork
+//   auto group = groups->take();                 // before the fork
 //   group->join(child);                          // the child and all it starts are in it
-//   (reaped) bool out_of_memory = group->oom_kills() > 0;  group.reset();
+//   (reaped) bool out_of_memory = group->oom_kills() > 0;  groups->give_back(std::move(*group));
 #pragma once
 
 #include <sys/types.h>
@@ -69,7 +84,7 @@ class ProgramCgroup {
   // Moves the process `pid` into the group, in every hierarchy: the program's first
   // process, before it starts anything.
   [[nodiscard]] Status join(pid_t pid) const;
-  // How many processes of the group the OOM killer has killed.
+  // How many processes of the group the OOM killer has killed since it was taken.
   [[nodiscard]] std::uint64_t oom_kills() const;
   // cgroup v1: a descriptor that becomes readable when the group runs out of memory
   // (drain it with take_memory_event); -1 on v2, where the kernel kills the whole group.
@@ -82,11 +97,26 @@ class ProgramCgroup {
  private:
   friend class ProgramCgroups;
   void remove();
+  // Whether no process is in the group.
+  [[nodiscard]] bool empty() const;
+  // The kernel's count of OOM kills in the group, since it was made.
+  [[nodiscard]] std::uint64_t oom_kill_count() const;
+  // Sets the memory limit to `limit_bytes` beyond the shared memory the group holds, and
+  // starts counting OOM kills anew: for the next program. Fails where the kernel refuses
+  // the limit; the group is then removed rather than used.
+  [[nodiscard]] Status prepare(std::uint64_t limit_bytes);
+  // Writes the memory limit (on v1 memory and swap together too, in the order the kernel
+  // accepts).
+  [[nodiscard]] Status write_memory_limit(std::uint64_t bytes);
+  // Forgets the group without removing it (a fork helper's copy of the worker parent's).
+  void forget();
 
   CgroupVersion version_ = CgroupVersion::v2;
   std::vector<std::string> directories_;
-  std::string memory_directory_;  // empty: no memory controller
-  UniqueFd memory_events_;        // v1: the OOM notification's eventfd
+  std::string memory_directory_;        // empty: no memory controller
+  UniqueFd memory_events_;              // v1: the OOM notification's eventfd
+  std::uint64_t memory_limit_ = 0;      // as written; 0: none
+  std::uint64_t oom_kills_before_ = 0;  // the kernel's count when the group was taken
 };
 
 class ProgramCgroups {
@@ -103,6 +133,12 @@ class ProgramCgroups {
                                                      ProgramCgroupLimits limits);
   // Makes one program's group `name`, its limits written.
   [[nodiscard]] Result<ProgramCgroup> make(const std::string& name) const;
+  // A group for one program: one given back, prepared for it, or else a new one
+  // (program-1, program-2, ...).
+  [[nodiscard]] Result<ProgramCgroup> take();
+  // Keeps a program's group for the next once its processes are gone; removes it (killing
+  // what is left in it) otherwise.
+  void give_back(ProgramCgroup group);
   // Removes the server group `name` that create() made for a process in `layout`'s groups,
   // with the groups left in it (its helpers' and programs'), where they are empty (no
   // process is killed: a group of that name in use belongs to another): what a worker
@@ -111,8 +147,9 @@ class ProgramCgroups {
   // Makes the server group `name` inside this one, with its controllers and limits: a fork
   // helper's, whose programs' groups go below it (worker/zygote.hpp).
   [[nodiscard]] Result<ProgramCgroups> make_inner(const std::string& name) const;
-  // Forgets this group without removing it: a fork helper's copy of the worker parent's,
-  // which the worker parent removes (with what a helper that was killed left in it).
+  // Forgets this group and the programs' groups it keeps without removing them: a fork
+  // helper's copy of the worker parent's, which the worker parent removes (with what a
+  // helper that was killed left in it).
   void disown();
 
   // The controllers in use, in the order of kProgramControllers.
@@ -132,6 +169,8 @@ class ProgramCgroups {
   std::vector<std::string> controllers_;
   std::vector<std::string> notes_;                  // what is missing, and why
   ProgramCgroupLimits limits_;
+  std::vector<ProgramCgroup> kept_;                 // given back, for the next programs
+  std::uint64_t made_ = 0;                          // names the programs' groups
 };
 
 }  // namespace kcoral

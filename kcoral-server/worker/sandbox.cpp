@@ -204,27 +204,27 @@ Result<pid_t> Sandbox::fork() {
       return fail(ErrorKind::engine, "every user id of the sandbox's range is in use (" +
                                          std::to_string(uids_->size()) + "); give a larger --sandbox-uid-range");
   }
-  auto give_back = [&] {
-    if (forking_.uid) uids_->give_back(*forking_.uid);
+  auto abandon = [&] {  // the fork does not happen: what it took goes back
+    give_back(forking_);
     forking_ = Worker{};
   };
   if (cgroups_) {
-    auto group = cgroups_->make("program-" + std::to_string(++forks_));
+    auto group = cgroups_->take();
     if (!group) {
-      give_back();
+      abandon();
       return std::unexpected(group.error());
     }
     forking_.cgroup = std::move(*group);
   }
   int pair[2];
   if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) != 0) {
-    give_back();
+    abandon();
     return system_error("socketpair");
   }
   admit_parent_ = UniqueFd(pair[0]);
   admit_child_ = UniqueFd(pair[1]);
   if (::unshare(CLONE_NEWPID) != 0) {
-    give_back();
+    abandon();
     return system_error("cannot make a PID namespace");
   }
   // The namespace's first process is its init; the worker comes second.
@@ -252,7 +252,7 @@ Result<pid_t> Sandbox::fork() {
   posix_spawn_file_actions_destroy(&actions);
   if (rc != 0) {
     (void)back();
-    give_back();
+    abandon();
     errno = rc;
     return system_error("starting " + config_.init_path);
   }
@@ -352,8 +352,8 @@ bool Sandbox::release(pid_t child) {
     ::kill(worker.init, SIGKILL);  // the zygote reaps it like any child, then reaped() ends the rest
     pid_t init = worker.init;
     ending_[init] = std::move(worker);
-  } else if (worker.uid) {
-    uids_->give_back(*worker.uid);
+  } else {
+    give_back(worker);
   }
   return out_of_memory;
 }
@@ -367,8 +367,15 @@ void Sandbox::reaped(pid_t pid) {
       if (record.init == pid) record.init = -1;
     return;
   }
-  if (it->second.uid) uids_->give_back(*it->second.uid);
-  ending_.erase(it);  // and with it the control group, empty now
+  give_back(it->second);  // its namespace, and so its control group, is empty now
+  ending_.erase(it);
+}
+
+void Sandbox::give_back(Worker& worker) {
+  if (worker.uid) uids_->give_back(*worker.uid);
+  worker.uid.reset();
+  if (worker.cgroup) cgroups_->give_back(std::move(*worker.cgroup));
+  worker.cgroup.reset();
 }
 
 std::vector<pid_t> Sandbox::inits() const {

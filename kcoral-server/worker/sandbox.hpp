@@ -113,7 +113,8 @@ class Sandbox {
   // program).
   bool release(pid_t child);
   // Parent, for every child reaped: a released worker's init, once reaped, gives back its
-  // user id and its control group (its namespace, and so its group, is empty then).
+  // user id and its control group (its namespace, and so its group, is empty then), which
+  // a later worker takes again (ProgramCgroups::take).
   void reaped(pid_t pid);
   // The inits not yet reaped (children of the zygote, like the workers).
   [[nodiscard]] std::vector<pid_t> inits() const;
@@ -154,6 +155,8 @@ class Sandbox {
   void take_uids(uid_t first, uid_t last);
   // The server's control group, named after this process, or why there is none.
   void make_cgroups();
+  // Gives back a worker's user id and control group, once its processes are gone.
+  void give_back(Worker& worker);
 
   SandboxConfig config_;
   std::vector<std::string> readable_;  // canonical, sorted, none under another
@@ -168,7 +171,6 @@ class Sandbox {
   std::map<pid_t, Admission> admitting_;     // by worker pid, until mapped or given up
   Worker forking_;                           // the next worker's; in the child, its own
   std::string no_cgroups_;                   // why there are none
-  std::uint64_t forks_ = 0;                  // names the programs' control groups
   std::optional<SeccompFilter> filter_;      // compiled once, loaded by each worker
   bool zygote_is_root_ = true;
 };

@@ -123,3 +123,122 @@ TEST_CASE("a fork helper's group is made inside the server's; what a killed one 
   kcoral::ProgramCgroups::remove_left(*layout, name);
   CHECK_FALSE(server_groups_exist());
 }
+
+namespace {
+
+// A number read from a control file of `group`, 0 when there is none.
+std::uint64_t control_number(const std::string& group, const std::string& file) {
+  std::ifstream in(group + "/" + file);
+  std::uint64_t value = 0;
+  in >> value;
+  return value;
+}
+
+// The value of `key` in the flat keyed file `file` of `group` (memory.stat).
+std::uint64_t keyed_number(const std::string& group, const std::string& file, const std::string& key) {
+  std::ifstream in(group + "/" + file);
+  std::string name;
+  for (std::uint64_t value = 0; in >> name >> value;)
+    if (name == key) return value;
+  return 0;
+}
+
+// Runs `body` in a child moved into `group` first; its exit status as waitpid gives it.
+template <typename Body>
+int run_in(const kcoral::ProgramCgroup& group, Body body) {
+  int go[2];
+  REQUIRE(::pipe(go) == 0);
+  pid_t child = ::fork();
+  if (child == 0) {
+    char byte = 0;
+    ::close(go[1]);
+    if (::read(go[0], &byte, 1) != 1) ::_exit(2);
+    ::_exit(body());
+  }
+  ::close(go[0]);
+  REQUIRE(group.join(child));
+  REQUIRE(::write(go[1], "x", 1) == 1);
+  ::close(go[1]);
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  return status;
+}
+
+}  // namespace
+
+TEST_CASE("a program's group is kept for the next, its memory limit raised by the tmpfs pages left in it") {
+  auto layout = layout_here();
+  if (!layout) return;
+  constexpr std::uint64_t kLimit = 64 << 20;
+  constexpr std::size_t kLeft = 8 << 20;
+  const std::string name = "kcoral-test-" + std::to_string(::getpid());
+  auto groups = kcoral::ProgramCgroups::create(*layout, name, {kLimit, 0});
+  if (!groups || groups->directory("memory").empty()) {
+    MESSAGE("no memory control group to make here");
+    return;
+  }
+  const std::string file = "/dev/shm/" + name;  // a tmpfs that outlives the program, as a compile cache
+  auto first = groups->take();
+  REQUIRE_MESSAGE(first.has_value(), first.error().message);
+  std::vector<std::string> directories = first->directories();
+  const std::string memory = groups->directory("memory") + "/program-1";
+  REQUIRE(std::ranges::find(directories, memory) != directories.end());
+  // And page cache, of a file on disk written and synced: reclaimable, unlike the tmpfs's.
+  const std::string on_disk = std::filesystem::temp_directory_path().string() + "/" + name + ".disk";
+  int status = run_in(*first, [&] {
+    std::string page(kLeft, 'x');
+    for (const std::string& path : {file, on_disk}) {
+      std::ofstream out(path, std::ios::binary);
+      for (int i = 0; i < (path == file ? 1 : 6); ++i) out.write(page.data(), static_cast<std::streamsize>(page.size()));
+      if (!out) return 1;
+    }
+    ::sync();
+    return 0;
+  });
+  REQUIRE(WIFEXITED(status));
+  REQUIRE(WEXITSTATUS(status) == 0);
+  std::uint64_t left = keyed_number(memory, "memory.stat", "shmem");
+  CHECK(left >= kLeft);
+  const char* usage_file = layout->version == kcoral::CgroupVersion::v1 ? "memory.usage_in_bytes" : "memory.current";
+  bool cached = control_number(memory, usage_file) > left + (32 << 20);  // not where the disk's file system is a tmpfs
+  groups->give_back(std::move(*first));
+  CHECK(std::filesystem::exists(memory));  // kept, not removed
+
+  // Taken again: the same group, whose limit is its own beyond what the tmpfs file holds,
+  // the page cache reclaimed.
+  auto second = groups->take();
+  REQUIRE_MESSAGE(second.has_value(), second.error().message);
+  CHECK(second->directories() == directories);
+  const char* limit_file = layout->version == kcoral::CgroupVersion::v1 ? "memory.limit_in_bytes" : "memory.max";
+  CHECK(control_number(memory, limit_file) == kLimit + left);
+  if (cached) CHECK(control_number(memory, usage_file) < left + (32 << 20));
+  else MESSAGE("no page cache charged to the group: " << on_disk << " is not on a disk");
+  ::unlink(on_disk.c_str());
+  // A program past its own limit is killed for it, and counted in this program only.
+  status = run_in(*second, [] {
+    std::string block(kLimit + (kLeft * 2), 'x');
+    return block[block.size() / 2] == 'x' ? 0 : 1;
+  });
+  CHECK(WIFSIGNALED(status));
+  CHECK(second->oom_kills() == 1);
+  groups->give_back(std::move(*second));
+  auto third = groups->take();
+  REQUIRE_MESSAGE(third.has_value(), third.error().message);
+  CHECK(third->directories() == directories);
+  CHECK(third->oom_kills() == 0);
+
+  // A group that still holds a process when given back is removed, not kept.
+  pid_t holder = ::fork();
+  if (holder == 0) {
+    ::pause();
+    ::_exit(0);
+  }
+  REQUIRE(third->join(holder));
+  groups->give_back(std::move(*third));
+  CHECK_FALSE(std::filesystem::exists(memory));
+  CHECK(::waitpid(holder, &status, 0) == holder);  // killed as the group went
+  auto fourth = groups->take();
+  REQUIRE_MESSAGE(fourth.has_value(), fourth.error().message);
+  CHECK(fourth->directories() != directories);  // a new group: program-2
+  ::unlink(file.c_str());
+}

@@ -14,6 +14,9 @@ alice and bob (kcoral-server/front/compile_caches.hpp):
   years ahead, and one of its programs renaming that tree ahead of the walk each time the
   walk opens it) delays no other tenant's program, whose worker's cache is mounted on a
   thread that never trims (the dates keep nothing, and a trim's work is bounded);
+- the pages a tenant's programs leave in its cache pin no removed control group per
+  program (the programs' groups are kept and taken again), and a group that holds earlier
+  programs' pages still gives each program its whole memory limit, and no more;
 - a reused worker (--programs-per-worker) runs one tenant's programs only;
 - with --compile-cache-bytes 0 the variables still point somewhere writable (the scratch
   space's stand-in), and nothing survives the program;
@@ -139,6 +142,38 @@ def move_ahead(seconds):
             moves += 1
         libc.inotify_rm_watch(inotify, watch)
     return moves
+
+def append_page(name):
+    """Appends one page to `name`, dated ten years ahead so that no trim takes it."""
+    cache().mkdir(parents=True, exist_ok=True)
+    with open(cache() / name, "ab") as out:
+        out.write(b"x" * 4096)
+    future = time.time() + 10 * 365 * 86400
+    os.utime(cache() / name, (future, future))
+    return (cache() / name).stat().st_size
+
+def cache_then_allocate(name, cache_megabytes, megabytes, processes):
+    """Leaves `cache_megabytes` in the cache, then `processes` processes together touch
+    `megabytes` of memory, each holding its share until all have touched theirs."""
+    cache().mkdir(parents=True, exist_ok=True)
+    (cache() / name).write_bytes(b"x" * (cache_megabytes << 20))
+    touched, release = os.pipe(), os.pipe()
+    children = []
+    for _ in range(processes):
+        pid = os.fork()
+        if pid == 0:
+            os.close(release[1])
+            block = b"\1" * ((megabytes // processes) << 20)
+            os.write(touched[1], b"t")
+            os.read(release[0], 1)  # until the parent closes it
+            os._exit(0 if block else 1)
+        children.append(pid)
+    os.close(touched[1])
+    count = 0
+    while count < processes and os.read(touched[0], 1):  # empty: every child is gone
+        count += 1
+    os.close(release[1])
+    return [os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in children]
 
 def links_to(host_directory, megabytes):
     """Links to `host_directory` (a path of the host, not of this sandbox) as an entry, and
@@ -270,6 +305,53 @@ def test_a_cache_made_to_walk_without_end_delays_no_other_tenant(start_server, t
     thread.join(60)
     assert isinstance(moves.get("count"), int), moves
     assert result(server, ALICE, "listing") == []  # and alice is still served
+
+
+def memory_cgroups() -> int:
+    """The host's memory control groups, removed ones the kernel still keeps included."""
+    for line in Path("/proc/cgroups").read_text().splitlines():
+        fields = line.split()
+        if fields[0] == "memory" and fields[3] == "1":
+            return int(fields[2])
+    pytest.skip("no memory controller here")
+
+
+def test_pages_left_in_the_cache_pin_no_removed_control_group_per_program(start_server, token_file):
+    # A page a program writes into its tenant's cache is charged to its memory control group
+    # for as long as the page lives; removed, the group stayed in the kernel (about 16.5 kB
+    # a program on 2 CPUs, more per CPU, outside every limit), one per page of the cache.
+    # Groups are kept for the next programs instead: as many as were in use at once. The
+    # count is the host's, so the bound leaves room for other groups made meanwhile.
+    server = start(start_server, token_file, workers=2)
+    if "each program in a control group of its own" not in server.stderr_text():
+        pytest.skip("no control groups here: " + server.stderr_text())
+    result(server, ALICE, "append_page", "pinned")
+    before = memory_cgroups()
+    programs = 200
+    with server.client(60, token=ALICE) as client:
+        for _ in range(programs):
+            client.execute(call(CACHE, "append_page", "pinned")).raise_for_error()
+    assert result(server, ALICE, "append_page", "pinned") == (programs + 2) * 4096
+    grown = memory_cgroups() - before
+    assert grown < programs // 4, f"{grown} more memory control groups after {programs} programs"
+
+
+def test_a_group_kept_with_the_cache_pages_of_earlier_programs_gives_each_its_whole_limit(
+        start_server, token_file):
+    # Each program leaves 320 MiB in the cache and touches 640 MiB in two processes, of a
+    # 1 GiB limit: a group that kept an earlier program's pages would, without its limit
+    # raised by them, kill the next program in it for memory.
+    limit = 1024 * MiB
+    server = start(start_server, token_file, "--memory-limit-bytes", str(limit), "--preload", "numpy",
+                   "--compile-cache-bytes", str(2048 * MiB), workers=1)
+    if "for all of a program's processes together" not in server.stderr_text():
+        pytest.skip("no memory control group per program here: " + server.stderr_text())
+    for i in range(4):
+        assert result(server, ALICE, "cache_then_allocate", f"entry{i}", 320, 640, 2) == [0, 0]
+    # Still no more than its limit: 1200 MiB in three processes is killed, in whichever
+    # group it runs.
+    over = run(server, ALICE, "cache_then_allocate", "last", 1, 1200, 3)
+    assert over.status == "FAILED" and "memory limit of 1024 MiB" in over.error["message"], over
 
 
 def test_a_reused_worker_runs_one_tenants_programs_only(start_server, token_file):
