@@ -27,9 +27,10 @@ constexpr const char* kLeaf = "kcoral-leaf";
 // Equal for every program: v1's and v2's defaults, written so that nothing else decides.
 constexpr const char* kCpuShares = "1024";
 constexpr const char* kCpuWeight = "100";
-// A kept group is reclaimed before the next program when it holds more than this beyond
-// what cannot be reclaimed.
+// A group given back goes to the reclaimer when it holds more than this beyond its shared
+// memory; no more than kMostReclaiming groups wait for it.
 constexpr std::uint64_t kReclaimAbove = 32 << 20;
+constexpr std::size_t kMostReclaiming = 16;
 
 std::string errno_text(int error) { return std::strerror(error); }
 
@@ -251,28 +252,31 @@ Status ProgramCgroup::write_memory_limit(std::uint64_t bytes) {
   return {};
 }
 
+ProgramCgroup::Held ProgramCgroup::held() const {
+  auto number = [&](const char* file) {
+    std::uint64_t value = 0;
+    std::istringstream(read_control(memory_directory_ + file)) >> value;
+    return value;
+  };
+  Held held;
+  if (version_ == CgroupVersion::v2) {
+    held.all = number("/memory.current");  // its groups may not swap
+  } else {
+    held.all = std::max(number("/memory.usage_in_bytes"), number("/memory.memsw.usage_in_bytes"));
+  }
+  std::string stat = read_control(memory_directory_ + "/memory.stat");
+  held.shared = keyed_value(stat, "shmem") + keyed_value(stat, "swap");
+  return held;
+}
+
 Status ProgramCgroup::prepare(std::uint64_t limit_bytes) {
   if (memory_directory_.empty()) return {};
   (void)take_memory_event();
   oom_kills_before_ = oom_kill_count();
-  bool v1 = version_ == CgroupVersion::v1;
-  // The group holds no process. What earlier programs left charged to it that the kernel
-  // can reclaim (page cache of files they read, kernel objects such as dentries) is
-  // reclaimed now when there is much of it, so that the next program, perhaps another
-  // tenant's, does not pay for it at its limit.
-  std::uint64_t used = 0;
-  std::istringstream(read_control(memory_directory_ + (v1 ? "/memory.usage_in_bytes" : "/memory.current"))) >> used;
-  std::string stat = read_control(memory_directory_ + "/memory.stat");
-  std::uint64_t kept = keyed_value(stat, "shmem") + keyed_value(stat, "swap");
-  if (used > kept + kReclaimAbove) {
-    if (v1) (void)write_control(memory_directory_ + "/memory.force_empty", "0");
-    else (void)write_control(memory_directory_ + "/memory.reclaim", std::to_string(used - kept));
-  }
   if (limit_bytes == 0) return {};
-  // What it cannot reclaim: tmpfs pages written by earlier programs (in a tenant's
-  // compile cache), and on v1 those of them swapped out, which count against the limit
-  // of memory and swap together (v2's groups may not swap).
-  return write_memory_limit(limit_bytes + kept);
+  // The group holds no process; what it still holds, earlier programs left (reclaimed
+  // already where there was much that could be).
+  return write_memory_limit(limit_bytes + held().all);
 }
 
 Status ProgramCgroup::join(pid_t pid) const {
@@ -303,6 +307,8 @@ ProgramCgroups::ProgramCgroups(ProgramCgroups&& other) noexcept
       notes_(std::exchange(other.notes_, {})),
       limits_(other.limits_),
       kept_(std::exchange(other.kept_, {})),
+      reclaiming_(std::exchange(other.reclaiming_, {})),
+      reclaimer_(std::move(other.reclaimer_)),
       made_(other.made_) {}
 
 ProgramCgroups& ProgramCgroups::operator=(ProgramCgroups&& other) noexcept {
@@ -314,6 +320,8 @@ ProgramCgroups& ProgramCgroups::operator=(ProgramCgroups&& other) noexcept {
     notes_ = std::exchange(other.notes_, {});
     limits_ = other.limits_;
     kept_ = std::exchange(other.kept_, {});
+    reclaiming_ = std::exchange(other.reclaiming_, {});
+    reclaimer_ = std::move(other.reclaimer_);
     made_ = other.made_;
   }
   return *this;
@@ -337,13 +345,18 @@ Result<ProgramCgroups> ProgramCgroups::make_inner(const std::string& name) const
 
 void ProgramCgroups::disown() {
   for (ProgramCgroup& group : kept_) group.forget();
+  for (ProgramCgroup& group : reclaiming_) group.forget();
   kept_.clear();
+  reclaiming_.clear();
+  reclaimer_.forget();
   directories_.clear();
   controllers_.clear();
 }
 
 void ProgramCgroups::remove() {
-  kept_.clear();  // the programs' groups, inside the server's
+  reclaimer_ = GroupReclaimer();  // ended first: it may be writing to a group's files
+  reclaiming_.clear();            // the programs' groups, inside the server's
+  kept_.clear();
   std::set<std::string> removed;
   for (const auto& [controller, directory] : directories_)
     if (removed.insert(directory).second) remove_group(directory);
@@ -464,7 +477,29 @@ Result<ProgramCgroup> ProgramCgroups::take() {
 }
 
 void ProgramCgroups::give_back(ProgramCgroup group) {
-  if (!group.directories_.empty() && group.empty()) kept_.push_back(std::move(group));
+  if (group.directories_.empty() || !group.empty()) return;  // removed as it goes
+  if (group.memory_directory_.empty()) {
+    kept_.push_back(std::move(group));
+    return;
+  }
+  ProgramCgroup::Held held = group.held();
+  if (held.all <= held.shared + kReclaimAbove) {
+    kept_.push_back(std::move(group));
+  } else if (reclaiming_.size() < kMostReclaiming &&
+             reclaimer_.send(group.memory_directory_, version_ == CgroupVersion::v1)) {
+    reclaiming_.push_back(std::move(group));
+  }  // else removed: its reclaimable leftovers go to the parent group
+}
+
+void ProgramCgroups::reclaimed() {
+  for (const std::string& directory : reclaimer_.done()) {
+    auto group = std::find_if(reclaiming_.begin(), reclaiming_.end(),
+                              [&](const ProgramCgroup& g) { return g.memory_directory_ == directory; });
+    if (group == reclaiming_.end()) continue;
+    kept_.push_back(std::move(*group));
+    reclaiming_.erase(group);
+  }
+  if (!reclaimer_.running()) reclaiming_.clear();  // it ended: those it had not finished go
 }
 
 std::string ProgramCgroups::directory(const std::string& controller) const {

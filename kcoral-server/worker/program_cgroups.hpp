@@ -29,14 +29,18 @@
 // it, and the kernel does not move the charge when the group is removed: it keeps the
 // removed group, a few kilobytes of kernel memory per CPU outside every limit, for as long
 // as the page lives, so one group a program would let a tenant pin one group per page of
-// its cache. Kept groups are as many as were ever in use at once. A group taken again
-// still holds the pages earlier programs left in such a tmpfs (and the memory statistics
-// call them shmem); its memory limit is raised by what they hold when it is taken, so that
-// each program can charge its whole limit. Other leftovers (page cache of files read,
-// reclaimable kernel objects) are not added: past 32 MiB they are reclaimed before the
-// group is taken again, and the kernel reclaims the rest at the limit. While a program
-// runs, pages of the tmpfs that are freed (the cache's trim) give it that much more room:
-// the host's memory stays within the programs' limits and the caches' sizes together.
+// its cache. Kept groups are as many as were ever in use at once.
+//
+// A group given back may hold what the kernel can reclaim (page cache of files read,
+// kernel objects such as negative dentries): past 32 MiB of it beyond its shared memory,
+// the group goes to the GroupReclaimer, a process of its own, and is taken again only
+// once reclaimed; at most 16 groups wait for it, a group past those is removed. What a
+// group still holds when it is taken again, it cannot give up: tmpfs pages and their
+// inodes of a compile cache, the memfd of an answer the front still holds. Its memory
+// limit is raised by all it holds then, so that each program can charge its whole limit.
+// While a program runs, what leaves its group (a cache's trim, an answer let go) gives it
+// that much more room: the host's memory stays within the programs' limits, the caches'
+// sizes and the answers' budget together.
 //
 // Ownership: ProgramCgroups owns the server's group and the groups kept for programs, and
 // removes them when destroyed (the programs' first); each ProgramCgroup owns one program's
@@ -54,11 +58,13 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "cgroup_layout.hpp"
+#include "group_reclaimer.hpp"
 #include "kcoral/error.hpp"
 #include "kcoral/unique_fd.hpp"
 
@@ -101,10 +107,17 @@ class ProgramCgroup {
   [[nodiscard]] bool empty() const;
   // The kernel's count of OOM kills in the group, since it was made.
   [[nodiscard]] std::uint64_t oom_kill_count() const;
-  // Sets the memory limit to `limit_bytes` beyond the shared memory the group holds, and
-  // starts counting OOM kills anew: for the next program. Fails where the kernel refuses
-  // the limit; the group is then removed rather than used.
+  // Sets the memory limit to `limit_bytes` beyond what the group holds, and starts
+  // counting OOM kills anew: for the next program. Fails where the kernel refuses the
+  // limit; the group is then removed rather than used.
   [[nodiscard]] Status prepare(std::uint64_t limit_bytes);
+  // What the group holds (memory and swap together, where swap is counted) and, of it,
+  // what is shared memory or swap, which no reclaim gives back without swap.
+  struct Held {
+    std::uint64_t all = 0;
+    std::uint64_t shared = 0;
+  };
+  [[nodiscard]] Held held() const;
   // Writes the memory limit (on v1 memory and swap together too, in the order the kernel
   // accepts).
   [[nodiscard]] Status write_memory_limit(std::uint64_t bytes);
@@ -136,9 +149,15 @@ class ProgramCgroups {
   // A group for one program: one given back, prepared for it, or else a new one
   // (program-1, program-2, ...).
   [[nodiscard]] Result<ProgramCgroup> take();
-  // Keeps a program's group for the next once its processes are gone; removes it (killing
-  // what is left in it) otherwise.
+  // Keeps a program's group for the next once its processes are gone (reclaimed first,
+  // when it holds much that can be); removes it (killing what is left in it) otherwise.
   void give_back(ProgramCgroup group);
+  // Readable when the reclaimer finished a group (-1 while it is not running); then call
+  // reclaimed(), which keeps the groups it finished.
+  [[nodiscard]] int reclaimer_fd() const { return reclaimer_.fd(); }
+  void reclaimed();
+  // The reclaimer's process id, a child of this process (-1 when none).
+  [[nodiscard]] pid_t reclaimer_pid() const { return reclaimer_.pid(); }
   // Removes the server group `name` that create() made for a process in `layout`'s groups,
   // with the groups left in it (its helpers' and programs'), where they are empty (no
   // process is killed: a group of that name in use belongs to another): what a worker
@@ -170,6 +189,8 @@ class ProgramCgroups {
   std::vector<std::string> notes_;                  // what is missing, and why
   ProgramCgroupLimits limits_;
   std::vector<ProgramCgroup> kept_;                 // given back, for the next programs
+  std::deque<ProgramCgroup> reclaiming_;            // sent to the reclaimer, in order
+  GroupReclaimer reclaimer_;
   std::uint64_t made_ = 0;                          // names the programs' groups
 };
 

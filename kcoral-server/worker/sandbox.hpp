@@ -118,6 +118,14 @@ class Sandbox {
   void reaped(pid_t pid);
   // The inits not yet reaped (children of the zygote, like the workers).
   [[nodiscard]] std::vector<pid_t> inits() const;
+  // Parent: the control groups' reclaimer (ProgramCgroups), a child of the zygote too: its
+  // socket, readable when it finished a group (then call reclaimed()), and its process id;
+  // -1 when it is not running.
+  [[nodiscard]] int reclaimer_fd() const { return cgroups_ ? cgroups_->reclaimer_fd() : -1; }
+  void reclaimed() {
+    if (cgroups_) cgroups_->reclaimed();
+  }
+  [[nodiscard]] pid_t reclaimer_pid() const { return cgroups_ ? cgroups_->reclaimer_pid() : -1; }
   // Parent (cgroup v1): descriptors that become readable when a worker's program runs out
   // of memory, each with the worker; then call out_of_memory(worker).
   [[nodiscard]] std::vector<std::pair<int, pid_t>> memory_events() const;

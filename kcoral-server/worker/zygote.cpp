@@ -83,11 +83,12 @@ int Zygote::serve(int signal_fd, std::map<std::string, std::string> versions) {
   std::optional<std::string> failure;  // why the zygote cannot go on
   bool serving = true;
   while (serving && !failure) {
-    // The control channel, signals, the helpers' channels, (cgroup v1) each running
-    // program's memory event, and each forked worker's admission, until its deadline.
+    // The control channel, signals, the control groups' reclaimer, the helpers' channels,
+    // (cgroup v1) each running program's memory event, and each forked worker's
+    // admission, until its deadline.
     std::vector<std::pair<int, pid_t>> memory_events = sandbox_.memory_events();
     std::vector<std::pair<int, pid_t>> admissions = sandbox_.admissions();
-    std::vector<pollfd> fds{{control_.fd(), POLLIN, 0}, {signal_fd, POLLIN, 0}};
+    std::vector<pollfd> fds{{control_.fd(), POLLIN, 0}, {signal_fd, POLLIN, 0}, {sandbox_.reclaimer_fd(), POLLIN, 0}};
     for (const Helper& helper : helpers_) fds.push_back({helper.channel.fd(), POLLIN, 0});
     for (const auto& [fd, worker] : memory_events) fds.push_back({fd, POLLIN, 0});
     for (const auto& [fd, worker] : admissions) fds.push_back({fd, POLLIN, 0});
@@ -100,7 +101,8 @@ int Zygote::serve(int signal_fd, std::map<std::string, std::string> versions) {
       if (errno == EINTR) continue;
       return 1;
     }
-    std::size_t next = 2;
+    if (fds[2].revents & (POLLIN | POLLHUP | POLLERR)) sandbox_.reclaimed();  // poll skips a -1
+    std::size_t next = 3;
     for (Helper& helper : helpers_)
       if (fds[next++].revents & (POLLIN | POLLHUP | POLLERR))
         if (auto relayed = relay(helper); !relayed && !failure) failure = relayed.error().message;
@@ -336,6 +338,7 @@ bool Zygote::reap() {
     std::vector<pid_t> keep(workers_.begin(), workers_.end());
     for (pid_t init : sandbox_.inits()) keep.push_back(init);
     for (const Helper& helper : helpers_) keep.push_back(helper.pid);
+    if (pid_t reclaimer = sandbox_.reclaimer_pid(); reclaimer > 0) keep.push_back(reclaimer);
     kill_descendants(keep);
   }
   return helper_ended;
