@@ -75,12 +75,13 @@ void write_control(const char* directory, const char* file, const char* text) {
 }  // namespace
 
 GroupReclaimer::GroupReclaimer(GroupReclaimer&& other) noexcept
-    : socket_(std::move(other.socket_)), pid_(std::exchange(other.pid_, -1)) {}
+    : socket_(std::move(other.socket_)), pidfd_(std::move(other.pidfd_)), pid_(std::exchange(other.pid_, -1)) {}
 
 GroupReclaimer& GroupReclaimer::operator=(GroupReclaimer&& other) noexcept {
   if (this != &other) {
     stop();
     socket_ = std::move(other.socket_);
+    pidfd_ = std::move(other.pidfd_);
     pid_ = std::exchange(other.pid_, -1);
   }
   return *this;
@@ -90,20 +91,20 @@ GroupReclaimer::~GroupReclaimer() { stop(); }
 
 void GroupReclaimer::forget() {
   socket_.reset();
+  pidfd_.reset();
   pid_ = -1;
 }
 
 void GroupReclaimer::stop() {
-  if (pid_ < 0) return;
-  // By its pidfd: the worker parent's reaping of every child may have reaped it already,
-  // and its pid may name another process by now.
-  UniqueFd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, pid_, 0)));
   socket_.reset();
-  if (pidfd) {
-    (void)::syscall(SYS_pidfd_send_signal, pidfd.get(), SIGKILL, nullptr, 0);
+  // By its pidfd, opened at its fork: the worker parent's reaping of every child may have
+  // reaped it already, and its pid may name another process by now.
+  if (pidfd_) {
+    (void)::syscall(SYS_pidfd_send_signal, pidfd_.get(), SIGKILL, nullptr, 0);
     siginfo_t info;
-    (void)::waitid(P_PIDFD, static_cast<id_t>(pidfd.get()), &info, WEXITED);
+    (void)::waitid(P_PIDFD, static_cast<id_t>(pidfd_.get()), &info, WEXITED);  // ECHILD once reaped
   }
+  pidfd_.reset();
   pid_ = -1;
 }
 
@@ -117,6 +118,14 @@ Status GroupReclaimer::start() {
   if (pid == 0) {
     if (::dup2(theirs.get(), kSocket) != kSocket) ::_exit(1);
     serve(parent);
+  }
+  // This thread alone reaps children, so the child is not reaped before this.
+  pidfd_ = UniqueFd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
+  if (!pidfd_) {
+    int error = errno;
+    ::kill(pid, SIGKILL);  // reaped with the other children; its pid is not reused before that
+    errno = error;
+    return system_error("pidfd_open (Linux 5.3)");
   }
   socket_ = std::move(ours);
   pid_ = pid;

@@ -58,6 +58,7 @@ class GroupReclaimer {
   void stop();
 
   UniqueFd socket_;
+  UniqueFd pidfd_;  // opened at its fork: its pid alone may name another process once reaped
   pid_t pid_ = -1;
 };
 

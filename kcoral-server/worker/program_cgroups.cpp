@@ -488,7 +488,8 @@ void ProgramCgroups::give_back(ProgramCgroup group) {
   } else if (reclaiming_.size() < kMostReclaiming &&
              reclaimer_.send(group.memory_directory_, version_ == CgroupVersion::v1)) {
     reclaiming_.push_back(std::move(group));
-  }  // else removed: its reclaimable leftovers go to the parent group
+  }  // else removed: the kernel moves its kernel objects to the parent group (cache pages
+     // it holds keep it in the kernel while they live)
 }
 
 void ProgramCgroups::reclaimed() {
