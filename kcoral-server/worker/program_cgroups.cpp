@@ -28,9 +28,11 @@ constexpr const char* kLeaf = "kcoral-leaf";
 constexpr const char* kCpuShares = "1024";
 constexpr const char* kCpuWeight = "100";
 // A group given back goes to the reclaimer when it holds more than this beyond its shared
-// memory; no more than kMostReclaiming groups wait for it.
+// memory. The reclaimer is sent kMostSent groups at a time; the others wait their turn,
+// kMostWaiting groups in all (each holds a descriptor on v1), past which one is removed.
 constexpr std::uint64_t kReclaimAbove = 32 << 20;
-constexpr std::size_t kMostReclaiming = 16;
+constexpr std::size_t kMostSent = 16;
+constexpr std::size_t kMostWaiting = 64;
 
 std::string errno_text(int error) { return std::strerror(error); }
 
@@ -308,6 +310,7 @@ ProgramCgroups::ProgramCgroups(ProgramCgroups&& other) noexcept
       limits_(other.limits_),
       kept_(std::exchange(other.kept_, {})),
       reclaiming_(std::exchange(other.reclaiming_, {})),
+      sent_(std::exchange(other.sent_, 0)),
       reclaimer_(std::move(other.reclaimer_)),
       made_(other.made_) {}
 
@@ -321,6 +324,7 @@ ProgramCgroups& ProgramCgroups::operator=(ProgramCgroups&& other) noexcept {
     limits_ = other.limits_;
     kept_ = std::exchange(other.kept_, {});
     reclaiming_ = std::exchange(other.reclaiming_, {});
+    sent_ = std::exchange(other.sent_, 0);
     reclaimer_ = std::move(other.reclaimer_);
     made_ = other.made_;
   }
@@ -348,6 +352,7 @@ void ProgramCgroups::disown() {
   for (ProgramCgroup& group : reclaiming_) group.forget();
   kept_.clear();
   reclaiming_.clear();
+  sent_ = 0;
   reclaimer_.forget();
   directories_.clear();
   controllers_.clear();
@@ -356,6 +361,7 @@ void ProgramCgroups::disown() {
 void ProgramCgroups::remove() {
   reclaimer_ = GroupReclaimer();  // ended first: it may be writing to a group's files
   reclaiming_.clear();            // the programs' groups, inside the server's
+  sent_ = 0;
   kept_.clear();
   std::set<std::string> removed;
   for (const auto& [controller, directory] : directories_)
@@ -485,22 +491,31 @@ void ProgramCgroups::give_back(ProgramCgroup group) {
   ProgramCgroup::Held held = group.held();
   if (held.all <= held.shared + kReclaimAbove) {
     kept_.push_back(std::move(group));
-  } else if (reclaiming_.size() < kMostReclaiming &&
-             reclaimer_.send(group.memory_directory_, version_ == CgroupVersion::v1)) {
+  } else if (reclaiming_.size() < kMostWaiting) {
     reclaiming_.push_back(std::move(group));
+    send_to_reclaimer();
   }  // else removed: the kernel moves its kernel objects to the parent group (cache pages
      // it holds keep it in the kernel while they live)
 }
 
+void ProgramCgroups::send_to_reclaimer() {
+  while (sent_ < std::min(reclaiming_.size(), kMostSent) &&
+         reclaimer_.send(reclaiming_[sent_].memory_directory_, version_ == CgroupVersion::v1))
+    ++sent_;
+}
+
 void ProgramCgroups::reclaimed() {
   for (const std::string& directory : reclaimer_.done()) {
-    auto group = std::find_if(reclaiming_.begin(), reclaiming_.end(),
+    auto sent_end = reclaiming_.begin() + static_cast<std::ptrdiff_t>(sent_);
+    auto group = std::find_if(reclaiming_.begin(), sent_end,
                               [&](const ProgramCgroup& g) { return g.memory_directory_ == directory; });
-    if (group == reclaiming_.end()) continue;
+    if (group == sent_end) continue;
     kept_.push_back(std::move(*group));
     reclaiming_.erase(group);
+    --sent_;
   }
-  if (!reclaimer_.running()) reclaiming_.clear();  // it ended: those it had not finished go
+  if (!reclaimer_.running()) sent_ = 0;  // it ended: what it had not finished goes to the next one
+  send_to_reclaimer();
 }
 
 std::string ProgramCgroups::directory(const std::string& controller) const {

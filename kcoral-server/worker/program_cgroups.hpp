@@ -34,7 +34,8 @@
 // A group given back may hold what the kernel can reclaim (page cache of files read,
 // kernel objects such as negative dentries): past 32 MiB of it beyond its shared memory,
 // the group goes to the GroupReclaimer, a process of its own, and is taken again only
-// once reclaimed; at most 16 groups wait for it, a group past those is removed. What a
+// once reclaimed. The reclaimer has 16 at a time, and 64 wait in all; a group past those
+// is removed. What a
 // group still holds when it is taken again, it cannot give up: tmpfs pages and their
 // inodes of a compile cache, the memfd of an answer the front still holds. Its memory
 // limit is raised by all it holds then, so that each program can charge its whole limit.
@@ -182,6 +183,8 @@ class ProgramCgroups {
  private:
   ProgramCgroups() = default;
   void remove();
+  // Sends the reclaimer the groups that wait, as many as it may have at a time.
+  void send_to_reclaimer();
 
   CgroupVersion version_ = CgroupVersion::v2;
   std::map<std::string, std::string> directories_;  // controller in use -> the server's group
@@ -189,7 +192,8 @@ class ProgramCgroups {
   std::vector<std::string> notes_;                  // what is missing, and why
   ProgramCgroupLimits limits_;
   std::vector<ProgramCgroup> kept_;                 // given back, for the next programs
-  std::deque<ProgramCgroup> reclaiming_;            // sent to the reclaimer, in order
+  std::deque<ProgramCgroup> reclaiming_;            // to reclaim, in order; the first sent_ sent
+  std::size_t sent_ = 0;
   GroupReclaimer reclaimer_;
   std::uint64_t made_ = 0;                          // names the programs' groups
 };
