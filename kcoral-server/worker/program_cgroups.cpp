@@ -514,7 +514,12 @@ void ProgramCgroups::reclaimed() {
     reclaiming_.erase(group);
     --sent_;
   }
-  if (!reclaimer_.running()) sent_ = 0;  // it ended: what it had not finished goes to the next one
+  if (!reclaimer_.running()) {
+    // It ended (it never does on its own): the groups it had are removed, so that none that
+    // ends it can end the next one; those waiting go to the next.
+    reclaiming_.erase(reclaiming_.begin(), reclaiming_.begin() + static_cast<std::ptrdiff_t>(sent_));
+    sent_ = 0;
+  }
   send_to_reclaimer();
 }
 
