@@ -260,3 +260,66 @@ TEST_CASE("a program's group is kept for the next, its memory limit raised by th
   CHECK(fourth->directories() != directories);  // a new group: program-2
   ::unlink(file.c_str());
 }
+
+TEST_CASE("the groups a reclaimer had when it ended are removed; the next reclaimer serves the others") {
+  auto layout = layout_here();
+  if (!layout) return;
+  const std::string name = "kcoral-test-" + std::to_string(::getpid());
+  auto groups = kcoral::ProgramCgroups::create(*layout, name, {64 << 20, 0});
+  if (!groups || groups->directory("memory").empty()) {
+    MESSAGE("no memory control group to make here");
+    return;
+  }
+  const char* usage_file = layout->version == kcoral::CgroupVersion::v1 ? "memory.usage_in_bytes" : "memory.current";
+  const std::string directory = std::filesystem::temp_directory_path().string() + "/" + name;
+  std::filesystem::create_directories(directory);
+  // A program's group left holding 48 MiB of page cache; the memory group's directory.
+  auto dirty = [&](const std::string& file) -> std::pair<kcoral::ProgramCgroup, std::string> {
+    auto group = groups->take();
+    REQUIRE_MESSAGE(group.has_value(), group.error().message);
+    std::string memory = *std::ranges::find_if(group->directories(), [&](const std::string& d) {
+      return d.starts_with(groups->directory("memory") + "/");
+    });
+    int status = run_in(*group, [&] {
+      std::ofstream out(directory + "/" + file, std::ios::binary);
+      std::string block(8 << 20, 'x');
+      for (int i = 0; i < 6; ++i) out.write(block.data(), static_cast<std::streamsize>(block.size()));
+      out.close();
+      ::sync();
+      return out ? 0 : 1;
+    });
+    REQUIRE((WIFEXITED(status) && WEXITSTATUS(status) == 0));
+    return {std::move(*group), memory};
+  };
+  auto wait_for_reclaimer = [&] {
+    pollfd done{groups->reclaimer_fd(), POLLIN, 0};
+    REQUIRE(::poll(&done, 1, 30000) == 1);
+    groups->reclaimed();
+  };
+  auto [first, first_memory] = dirty("first");  // and then taken again for the second
+  if (control_number(first_memory, usage_file) < (40 << 20)) {
+    MESSAGE("no page cache charged to the group: " << directory << " is not on a disk");
+    std::filesystem::remove_all(directory);
+    return;
+  }
+  groups->give_back(std::move(first));
+  wait_for_reclaimer();  // the reclaimer runs, and is idle
+  pid_t reclaimer = groups->reclaimer_pid();
+  REQUIRE(reclaimer > 0);
+  // Stopped, it is sent the second group, and never answers: it ends with the group.
+  REQUIRE(::kill(reclaimer, SIGSTOP) == 0);
+  auto [second, second_memory] = dirty("second");
+  groups->give_back(std::move(second));
+  REQUIRE(::kill(reclaimer, SIGKILL) == 0);
+  wait_for_reclaimer();
+  CHECK_FALSE(std::filesystem::exists(second_memory));  // removed with the reclaimer
+  // The next group to reclaim starts the next reclaimer.
+  auto [third, third_memory] = dirty("third");
+  groups->give_back(std::move(third));
+  CHECK(groups->reclaimer_pid() > 0);
+  CHECK(groups->reclaimer_pid() != reclaimer);
+  wait_for_reclaimer();
+  CHECK(std::filesystem::exists(third_memory));
+  CHECK(control_number(third_memory, usage_file) < (32 << 20));
+  std::filesystem::remove_all(directory);
+}
