@@ -37,8 +37,8 @@ void write_control(const char* directory, const char* file, const char* text) {
   ::close(fd);
 }
 
-// The child's whole life: system calls on stack buffers only, as a child forked from a
-// process that may have had other threads must.
+// The child's whole life: system calls on stack buffers, nothing of the worker parent's
+// it was copied from (its Python, its allocator's state) is touched.
 [[noreturn]] void serve(pid_t parent) {
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (::getppid() != parent) ::_exit(0);

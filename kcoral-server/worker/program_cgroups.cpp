@@ -254,21 +254,19 @@ Status ProgramCgroup::write_memory_limit(std::uint64_t bytes) {
   return {};
 }
 
-ProgramCgroup::Held ProgramCgroup::held() const {
+std::uint64_t ProgramCgroup::held_bytes() const {
   auto number = [&](const char* file) {
     std::uint64_t value = 0;
     std::istringstream(read_control(memory_directory_ + file)) >> value;
     return value;
   };
-  Held held;
-  if (version_ == CgroupVersion::v2) {
-    held.all = number("/memory.current");  // its groups may not swap
-  } else {
-    held.all = std::max(number("/memory.usage_in_bytes"), number("/memory.memsw.usage_in_bytes"));
-  }
+  if (version_ == CgroupVersion::v2) return number("/memory.current");  // its groups may not swap
+  return std::max(number("/memory.usage_in_bytes"), number("/memory.memsw.usage_in_bytes"));
+}
+
+std::uint64_t ProgramCgroup::shared_bytes() const {
   std::string stat = read_control(memory_directory_ + "/memory.stat");
-  held.shared = keyed_value(stat, "shmem") + keyed_value(stat, "swap");
-  return held;
+  return keyed_value(stat, "shmem") + keyed_value(stat, "swap");
 }
 
 Status ProgramCgroup::prepare(std::uint64_t limit_bytes) {
@@ -278,7 +276,7 @@ Status ProgramCgroup::prepare(std::uint64_t limit_bytes) {
   if (limit_bytes == 0) return {};
   // The group holds no process; what it still holds, earlier programs left (reclaimed
   // already where there was much that could be).
-  return write_memory_limit(limit_bytes + held().all);
+  return write_memory_limit(limit_bytes + held_bytes());
 }
 
 Status ProgramCgroup::join(pid_t pid) const {
@@ -488,8 +486,8 @@ void ProgramCgroups::give_back(ProgramCgroup group) {
     kept_.push_back(std::move(group));
     return;
   }
-  ProgramCgroup::Held held = group.held();
-  if (held.all <= held.shared + kReclaimAbove) {
+  std::uint64_t held = group.held_bytes();
+  if (held <= kReclaimAbove || held <= group.shared_bytes() + kReclaimAbove) {  // little to reclaim
     kept_.push_back(std::move(group));
   } else if (reclaiming_.size() < kMostWaiting) {
     reclaiming_.push_back(std::move(group));

@@ -112,13 +112,11 @@ class ProgramCgroup {
   // counting OOM kills anew: for the next program. Fails where the kernel refuses the
   // limit; the group is then removed rather than used.
   [[nodiscard]] Status prepare(std::uint64_t limit_bytes);
-  // What the group holds (memory and swap together, where swap is counted) and, of it,
-  // what is shared memory or swap, which no reclaim gives back without swap.
-  struct Held {
-    std::uint64_t all = 0;
-    std::uint64_t shared = 0;
-  };
-  [[nodiscard]] Held held() const;
+  // What the group holds: memory and swap together, where swap is counted.
+  [[nodiscard]] std::uint64_t held_bytes() const;
+  // Of that, its shared memory and swap, which no reclaim gives back without swap (from
+  // memory.stat, which costs more to read: only where the group is given back).
+  [[nodiscard]] std::uint64_t shared_bytes() const;
   // Writes the memory limit (on v1 memory and swap together too, in the order the kernel
   // accepts).
   [[nodiscard]] Status write_memory_limit(std::uint64_t bytes);
